@@ -1,0 +1,55 @@
+# The two commands of the README:
+#   make run    set up .venv and start the daemon (ws://127.0.0.1:8765)
+#   make test   set up .venv and run the whole suite (lint, types, tests)
+# Afterwards .venv/bin/executor is the CLI.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+LISTEN ?= ws://127.0.0.1:8765
+TEST_PLUGINS := build/test-plugins
+
+.PHONY: run test setup setup-test lint typecheck pytest bench clean
+
+run: setup
+	$(BIN)/executor serve --listen $(LISTEN)
+
+test: setup-test lint typecheck pytest
+
+setup: $(VENV)/.installed
+
+setup-test: $(VENV)/.installed-test
+
+$(VENV)/bin/python:
+	$(PYTHON) scripts/check_python.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: $(VENV)/bin/python pyproject.toml
+	scripts/ensure-system-deps.sh
+	$(BIN)/python -m pip install --quiet -e '.[fast]'
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed pyproject.toml $(shell find tests/thirdparty_backend -type f -not -path '*/__pycache__/*' 2>/dev/null)
+	$(BIN)/python -m pip install --quiet -e '.[fast,test]'
+	# The third-party backend fixture is installed with pip into its own target directory, so
+	# it is discovered through real entry points by the tests, but never by `make run`.
+	rm -rf $(TEST_PLUGINS)
+	$(BIN)/python -m pip install --quiet --no-deps --target $(TEST_PLUGINS) ./tests/thirdparty_backend
+	touch $@
+
+lint: setup-test
+	$(BIN)/ruff check executor plugins tests bench
+	$(BIN)/ruff format --check executor plugins tests bench
+
+typecheck: setup-test
+	$(BIN)/mypy
+
+pytest: setup-test
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,107 @@
+"""The daemon's services and their lifetime: sessions, the launcher, routes, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from executor.environment import describe_host
+from executor.process import (
+    Confinement,
+    LiveProcessCounter,
+    ProcessLimits,
+    ProcessTable,
+    RefuseSandbox,
+)
+from executor.protocol.messages import Capabilities
+from executor.router import Route, build_routes
+from executor.session import DEFAULT_SESSION_TTL, Session, SessionRegistry
+from executor.spawn.spawner import Spawner
+
+if TYPE_CHECKING:
+    from executor.server import Connection
+
+__all__ = ["Daemon", "DaemonConfig"]
+
+log = logging.getLogger("executor.daemon")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DaemonConfig:
+    """Everything an operator can tune; defaults follow the reference where it has one."""
+
+    session_ttl: float = DEFAULT_SESSION_TTL
+    process: ProcessLimits = field(default_factory=ProcessLimits)
+    #: Concurrent ``async`` requests per connection before reading pauses (backpressure).
+    max_inflight_requests: int = 256
+
+
+class Daemon:
+    """Owns every service and every background task of one executor process."""
+
+    def __init__(
+        self,
+        config: DaemonConfig = DaemonConfig(),
+        *,
+        confinement: Confinement | None = None,
+        capabilities: Capabilities | None = None,
+        extra_routes: list[Route] | None = None,
+    ) -> None:
+        self.config = config
+        self.loop = asyncio.get_running_loop()
+        self.spawner = Spawner()
+        self.confinement: Confinement = confinement or RefuseSandbox()
+        self.counter = LiveProcessCounter(config.process.max_total)
+        self.environment = describe_host(capabilities or Capabilities())
+        self.environment_wire = self.environment.to_wire()
+        self.routes = build_routes(extra_routes)
+        self.sessions = SessionRegistry(
+            ttl=config.session_ttl,
+            schedule=self.loop.call_later,
+            make_resources=self._make_processes,
+            on_expired=self._session_expired,
+        )
+        self.connections: set[Connection] = set()
+        self._background: set[asyncio.Task[Any]] = set()
+        self._executor_env = dict(os.environ)
+
+    def _make_processes(self, session: Session) -> ProcessTable:
+        return ProcessTable(
+            spawner=self.spawner,
+            confinement=self.confinement,
+            notifier=session,
+            counter=self.counter,
+            limits=self.config.process,
+            executor_env=self._executor_env,
+        )
+
+    def _session_expired(self, session: Session) -> None:
+        log.info("session %s ended; stopping its processes", session.id)
+        self.background(session.resources.close())
+
+    def background(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` as a task the daemon owns (awaited at shutdown)."""
+        task = self.loop.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def connection_opened(self, connection: Connection) -> None:
+        """Track a connection so shutdown can close it."""
+        self.connections.add(connection)
+
+    def connection_closed(self, connection: Connection) -> None:
+        """Forget a connection."""
+        self.connections.discard(connection)
+
+    async def shutdown(self) -> None:
+        """Close connections, end every session (stopping all process trees), stop the launcher."""
+        for connection in list(self.connections):
+            connection.transport.close(1001, "executor shutting down")
+        self.sessions.expire_all()
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=self.config.process.stop_grace * 2 + 1)
+        self.spawner.close()

@@ -1,0 +1,156 @@
+"""JSON-RPC envelopes in the exec-server dialect: JSON-RPC 2.0 without the version marker.
+
+Pure: bytes in, typed envelopes out; typed answers in, bytes out. Classification is structural
+(``id``+``method`` is a request, ``method`` alone a notification, ``id``+``result``/``error`` a
+response). Anything else is ``Malformed``, answered with id ``-1`` by the caller. orjson is
+used when installed; the standard library otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "MALFORMED_ID",
+    "ClientResponse",
+    "Malformed",
+    "Notification",
+    "Request",
+    "RequestId",
+    "dumps",
+    "encode_error",
+    "encode_notification",
+    "encode_result",
+    "parse",
+]
+
+RequestId = int | str
+
+#: The id the reference uses when it answers a message it could not decode.
+MALFORMED_ID: Final = -1
+
+_I64_MIN: Final = -(2**63)
+_I64_MAX: Final = 2**63 - 1
+
+try:  # pragma: no cover - exercised in whichever environment is installed
+    import orjson
+
+    def _loads(data: bytes | str) -> Any:
+        return orjson.loads(data)
+
+    def dumps(value: Any) -> bytes:
+        """Serialize ``value`` to compact UTF-8 JSON."""
+        return orjson.dumps(value)
+
+    _DECODE_ERRORS: tuple[type[Exception], ...] = (orjson.JSONDecodeError, RecursionError)
+
+except ImportError:  # pragma: no cover
+    _std_dumps: Callable[[Any], str] = json.JSONEncoder(
+        ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    ).encode
+
+    def _loads(data: bytes | str) -> Any:
+        return json.loads(data)
+
+    def dumps(value: Any) -> bytes:
+        """Serialize ``value`` to compact UTF-8 JSON."""
+        return _std_dumps(value).encode()
+
+    _DECODE_ERRORS = (ValueError, RecursionError)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A call that expects an answer with the same ``id``."""
+
+    id: RequestId
+    method: str
+    params: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """A call that expects no answer."""
+
+    method: str
+    params: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ClientResponse:
+    """A response or error object sent by the client; this server never sends requests."""
+
+    id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """A message that is not one JSON-RPC object; ``detail`` says why."""
+
+    detail: str
+
+
+Message = Request | Notification | ClientResponse | Malformed
+
+
+def parse(data: bytes | str) -> Message:
+    """Decode one transport message into its envelope."""
+    try:
+        value = _loads(data)
+    except _DECODE_ERRORS as exc:
+        return Malformed(_describe_decode_error(exc))
+    if not isinstance(value, dict):
+        return Malformed("expected a JSON-RPC object")
+    return _classify(value)
+
+
+def _describe_decode_error(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "recursion limit exceeded"
+    text = str(exc)
+    return text or type(exc).__name__
+
+
+def _classify(obj: dict[str, Any]) -> Message:
+    trace = obj.get("trace")
+    if trace is not None and not isinstance(trace, dict):
+        return Malformed("invalid type for `trace`, expected a trace context object")
+    has_id = "id" in obj
+    if has_id and not _valid_id(obj["id"]):
+        return Malformed("data did not match any variant of untagged enum RequestId")
+    if "method" in obj:
+        method = obj["method"]
+        if not isinstance(method, str):
+            return Malformed("invalid type for `method`, expected a string")
+        params = obj.get("params")
+        if has_id:
+            return Request(obj["id"], method, params)
+        return Notification(method, params)
+    if has_id and ("result" in obj or "error" in obj):
+        return ClientResponse(obj["id"])
+    return Malformed("data did not match any variant of untagged enum JSONRPCMessage")
+
+
+def _valid_id(value: object) -> bool:
+    if isinstance(value, str):
+        return True
+    # bool is an int subclass in Python but a distinct JSON type.
+    return type(value) is int and _I64_MIN <= value <= _I64_MAX
+
+
+def encode_result(request_id: RequestId, result: Any) -> bytes:
+    """Encode a success response."""
+    return dumps({"id": request_id, "result": result})
+
+
+def encode_error(request_id: RequestId, code: int, message: str) -> bytes:
+    """Encode an error response (the reference never sends ``data``)."""
+    return dumps({"error": {"code": code, "message": message}, "id": request_id})
+
+
+def encode_notification(method: str, params: Any) -> bytes:
+    """Encode a server-to-client notification."""
+    return dumps({"method": method, "params": params})

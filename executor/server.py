@@ -1,0 +1,253 @@
+"""One client connection: envelopes in, handshake gate, handlers, answers and notifications out.
+
+Transport-agnostic: a transport calls ``message_received`` with each complete message and
+``connection_lost`` at the end, and reports write-buffer pressure; the connection calls the
+transport's ``send_message``, ``close``, ``pause_reading`` and ``resume_reading``.
+
+Ordering on one connection is well defined: messages go out in the order they are produced.
+Synchronous methods are answered inline, so their answers keep arrival order; ``async``
+methods (long polls, spawns, file I/O) run concurrently and answer when done. A process's
+notifications never precede its ``process/start`` response and always follow seq order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from executor.errors import ExecutorError, InvalidRequest, MethodNotFound
+from executor.protocol import jsonrpc, methods
+from executor.protocol.connection import HandshakeState
+from executor.protocol.decode import decode, decode_unit
+from executor.protocol.messages import InitializeParams
+from executor.router import Reply, Route
+
+if TYPE_CHECKING:
+    from executor.daemon import Daemon
+    from executor.session import Session
+
+__all__ = ["Connection", "MessageTransport"]
+
+log = logging.getLogger("executor.connection")
+
+
+class MessageTransport(Protocol):
+    """What a connection needs from its transport."""
+
+    peer: str
+
+    def send_message(self, data: bytes) -> None:
+        """Send one encoded message."""
+
+    def close(self, code: int = 1000, reason: str = "") -> None:
+        """End the transport."""
+
+    def pause_reading(self) -> None:
+        """Stop delivering inbound messages for now."""
+
+    def resume_reading(self) -> None:
+        """Deliver inbound messages again."""
+
+
+class Connection:
+    """The JSON-RPC side of one client connection."""
+
+    def __init__(self, daemon: Daemon, transport: MessageTransport, *, parse_error_prefix: str) -> None:
+        self.daemon = daemon
+        self.transport = transport
+        self.session: Session | None = None
+        self.handshake = HandshakeState()
+        self._parse_error_prefix = parse_error_prefix
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._write_paused = False
+        self._read_paused = False
+        self._drain_callbacks: list[Callable[[], None]] = []
+        self._closed = False
+        self._scope: dict[str, Any] = {}
+        log.info("connection %s opened", transport.peer)
+
+    # --- inbound ----------------------------------------------------------------------------
+
+    def message_received(self, data: bytes | str) -> None:
+        """Handle one complete inbound message."""
+        if self._closed:
+            return
+        message = jsonrpc.parse(data)
+        if type(message) is jsonrpc.Request:
+            self._request(message)
+        elif type(message) is jsonrpc.Notification:
+            self._notification(message)
+        elif type(message) is jsonrpc.ClientResponse:
+            self._out_of_band(
+                InvalidRequest("unexpected response from the client: this executor sends no requests")
+            )
+        else:
+            assert isinstance(message, jsonrpc.Malformed)
+            self._out_of_band(InvalidRequest(self._parse_error_prefix + message.detail))
+
+    def message_rejected(self, reason: str) -> None:
+        """The transport dropped a message it could not take (e.g. too long)."""
+        self._out_of_band(InvalidRequest(self._parse_error_prefix + reason))
+
+    def _request(self, request: jsonrpc.Request) -> None:
+        if request.method == methods.INITIALIZE:
+            self._answer(request, self._initialize, InitializeParams, None)
+            return
+        route = self.daemon.routes.get(request.method)
+        if route is None:
+            self._error(request, MethodNotFound(request.method))
+            return
+        self._answer(request, route.handler, route.params, route)
+
+    def _answer(self, request: jsonrpc.Request, handler: Callable[..., Any], params_type: type | None, route: Route | None) -> None:
+        try:
+            params = decode_unit(request.params) if params_type is None else decode(params_type, request.params)
+            if route is not None:
+                self.handshake.check_method(request.method)
+            if route is None or not route.is_async:
+                self._respond(request, handler(self, params))
+                return
+        except ExecutorError as exc:
+            self._error(request, exc)
+            return
+        except Exception:
+            log.exception("%s failed", request.method)
+            self._error(request, _internal(request.method))
+            return
+        self._spawn_task(request, handler(self, params), route)
+
+    def _spawn_task(self, request: jsonrpc.Request, work: Any, route: Route) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(request, work))
+        task.survives_disconnect = route.survives_disconnect  # type: ignore[attr-defined]
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        if len(self._tasks) >= self.daemon.config.max_inflight_requests and not self._read_paused:
+            self._read_paused = True
+            self.transport.pause_reading()
+
+    async def _run(self, request: jsonrpc.Request, work: Any) -> None:
+        try:
+            result = await work
+        except ExecutorError as exc:
+            self._error(request, exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s failed", request.method)
+            self._error(request, _internal(request.method))
+        else:
+            self._respond(request, result)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._read_paused and len(self._tasks) < self.daemon.config.max_inflight_requests // 2:
+            self._read_paused = False
+            if not self._write_paused:
+                self.transport.resume_reading()
+
+    def _notification(self, note: jsonrpc.Notification) -> None:
+        if note.method != methods.INITIALIZED:
+            # The reference drops the connection here; we say why and keep it.
+            self._out_of_band(MethodNotFound(note.method), f"unknown notification `{note.method}`")
+            return
+        if not self.handshake.initialized_received():
+            self._out_of_band(InvalidRequest("initialized must follow a successful initialize"))
+
+    # --- handshake --------------------------------------------------------------------------
+
+    def _initialize(self, _ctx: Connection, params: InitializeParams) -> Any:
+        self.handshake.check_initialize()
+        registry = self.daemon.sessions
+        if params.resume_session_id is not None:
+            session = registry.resume(params.resume_session_id, self)
+            log.info("connection %s resumed session %s", self.transport.peer, session.id)
+        else:
+            session = registry.create(self)
+            log.info("connection %s created session %s (%s)", self.transport.peer, session.id, params.client_name)
+        self.session = session
+        self.handshake.initialize_succeeded()
+        return {"sessionId": session.id, "environmentInfo": self.daemon.environment_wire}
+
+    def connection_scope(self) -> dict[str, Any]:
+        """Per-connection state that services keep (file handles, HTTP streams)."""
+        return self._scope
+
+    # --- outbound ---------------------------------------------------------------------------
+
+    def _respond(self, request: jsonrpc.Request, result: Any) -> None:
+        if type(result) is Reply:
+            self._send(jsonrpc.encode_result(request.id, result.result))
+            result.after()
+        else:
+            self._send(jsonrpc.encode_result(request.id, result))
+
+    def _error(self, request: jsonrpc.Request, exc: ExecutorError) -> None:
+        log.info("refused %s from %s: %s %s", request.method, self.transport.peer, exc.code, exc.message)
+        self._send(jsonrpc.encode_error(request.id, exc.code, exc.message))
+
+    def _out_of_band(self, exc: ExecutorError, message: str | None = None) -> None:
+        text = message or exc.message
+        log.info("bad message from %s: %s", self.transport.peer, text)
+        self._send(jsonrpc.encode_error(jsonrpc.MALFORMED_ID, exc.code, text))
+
+    def _send(self, data: bytes) -> None:
+        if not self._closed:
+            self.transport.send_message(data)
+
+    # The connection is the ``Attachment`` of its session.
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        """Push a notification to the client."""
+        self._send(jsonrpc.encode_notification(method, params))
+
+    @property
+    def congested(self) -> bool:
+        """The transport's write buffer is above its high-water mark."""
+        return self._write_paused
+
+    def on_drain(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` when the write buffer drains (or the connection ends)."""
+        if not self._write_paused or self._closed:
+            callback()
+        else:
+            self._drain_callbacks.append(callback)
+
+    def writing_paused(self) -> None:
+        """Transport: too much is buffered; stop reading requests until it drains."""
+        self._write_paused = True
+        if not self._read_paused:
+            self.transport.pause_reading()
+
+    def writing_resumed(self) -> None:
+        """Transport: the buffer drained."""
+        self._write_paused = False
+        if not self._read_paused:
+            self.transport.resume_reading()
+        self._fire_drain()
+
+    def _fire_drain(self) -> None:
+        callbacks, self._drain_callbacks = self._drain_callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def connection_lost(self) -> None:
+        """Transport: gone. Detach the session; cancel what cannot be answered anymore."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in list(self._tasks):
+            if not getattr(task, "survives_disconnect", False):
+                task.cancel()
+        if self.session is not None:
+            self.daemon.sessions.detach(self.session, self)
+        self.daemon.connection_closed(self)
+        self._fire_drain()
+        log.info("connection %s closed", self.transport.peer)
+
+
+def _internal(method: str) -> ExecutorError:
+    from executor.errors import InternalError
+
+    return InternalError(f"internal error while handling {method}")

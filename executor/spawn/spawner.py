@@ -1,0 +1,229 @@
+"""The daemon's side of the launcher server: send a launch, learn start, exit and end.
+
+One ``Spawner`` owns one launcher server process (``zygote.py``), started lazily and again
+if it dies. ``launch()`` hands it the command and the child's descriptors and returns a
+``Launch`` whose futures resolve as the supervisor reports (see ``zygote`` for the lines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from executor.errors import InternalError, os_error_message
+
+__all__ = ["ChildSetup", "Launch", "LaunchFailed", "SpawnRequest", "Spawner"]
+
+_ZYGOTE = Path(__file__).with_name("zygote.py")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildSetup:
+    """Backend code run in the forked child between fork and ``execve``.
+
+    ``module_path`` is an absolute path to a stdlib-only module; the launcher server loads it
+    once and calls ``function(payload, ctx)`` with a ``ChildContext``. ``payload`` holds only
+    builtins (it is pickled to the launcher).
+    """
+
+    module_path: str
+    function: str
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpawnRequest:
+    """A fully resolved command for the launcher."""
+
+    executable: str
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cwd: str
+    tty: bool
+    setup: ChildSetup | None = None
+
+
+class LaunchFailed(InternalError):
+    """The child failed before ``execve``; nothing ran. ``stage`` names the failing step."""
+
+    def __init__(self, stage: str, error: int, detail: str) -> None:
+        if error:
+            message = os_error_message(OSError(error, detail))
+        else:
+            message = detail or "launch failed"
+        if stage not in ("exec", "chdir"):
+            message = f"failed to start the command: {stage}: {message}"
+        super().__init__(message)
+        self.stage = stage
+        self.error = error
+        self.detail = detail
+
+
+@dataclass(eq=False)
+class Launch:
+    """One launched command, as reported by its supervisor."""
+
+    started: asyncio.Future[tuple[int, int]]
+    exited: asyncio.Future[int]
+    gone: asyncio.Future[None]
+    _buffer: bytearray = field(default_factory=bytearray)
+
+    def feed(self, data: bytes) -> None:
+        """Consume supervisor report lines."""
+        self._buffer += data
+        while (end := self._buffer.find(b"\n")) >= 0:
+            line = self._buffer[:end].decode("utf-8", "replace")
+            del self._buffer[: end + 1]
+            self._line(line)
+
+    def _line(self, line: str) -> None:
+        kind, _, rest = line.partition(" ")
+        if kind == "S" and not self.started.done():
+            pid, _, supervisor = rest.partition(" ")
+            self.started.set_result((int(pid), int(supervisor)))
+        elif kind == "E" and not self.started.done():
+            stage, _, tail = rest.partition(" ")
+            number, _, detail = tail.partition(" ")
+            self.started.set_exception(LaunchFailed(stage, int(number or 0), detail))
+        elif kind == "X" and not self.exited.done():
+            self.exited.set_result(int(rest))
+
+    def end(self) -> None:
+        """The supervisor is gone: every descendant of the command has exited."""
+        if not self.started.done():
+            self.started.set_exception(InternalError("the launcher exited before the command started"))
+        if not self.exited.done() and self.started.exception() is None:
+            self.exited.set_exception(InternalError("the launcher exited without an exit status"))
+        if not self.gone.done():
+            self.gone.set_result(None)
+
+
+class Spawner:
+    """Owns the launcher server and sends it launches."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = None
+        self._control: socket.socket | None = None
+        self._preloaded: set[str] = set()
+
+    def _ensure_server(self) -> socket.socket:
+        if self._control is not None and self._process is not None and self._process.poll() is None:
+            return self._control
+        self._stop_server()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(_ZYGOTE), str(theirs.fileno()), str(os.getpid())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        finally:
+            theirs.close()
+        ours.setblocking(True)
+        self._control = ours
+        self._preloaded.clear()
+        return ours
+
+    def _send(self, message: dict[str, Any], fds: list[int]) -> None:
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        data = struct.pack(">I", len(payload)) + payload
+        for attempt in range(2):
+            control = self._ensure_server()
+            try:
+                sent = control.sendmsg([data[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(_fd_array(fds)))])
+                if sent:
+                    control.sendall(data[1:])
+                return
+            except (BrokenPipeError, ConnectionResetError):
+                self._stop_server()
+                if attempt:
+                    raise InternalError("the launcher server is not running") from None
+
+    def launch(self, request: SpawnRequest, stdio: tuple[int, int, int]) -> Launch:
+        """Start ``request`` with ``stdio``; the caller keeps (and closes) its own descriptors."""
+        loop = asyncio.get_running_loop()
+        read_end, write_end = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        launch = Launch(loop.create_future(), loop.create_future(), loop.create_future())
+        message: dict[str, Any] = {
+            "kind": "launch",
+            "executable": request.executable,
+            "argv": list(request.argv),
+            "env": request.env,
+            "cwd": request.cwd,
+            "tty": request.tty,
+            "setup": None,
+            "preload": [],
+        }
+        if request.setup is not None:
+            setup = request.setup
+            message["setup"] = {
+                "module": setup.module_path,
+                "function": setup.function,
+                "payload": setup.payload,
+            }
+            if setup.module_path not in self._preloaded:
+                message["preload"] = [setup.module_path]
+        try:
+            self._send(message, [write_end, *stdio])
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        if request.setup is not None:
+            self._preloaded.add(request.setup.module_path)
+
+        def readable() -> None:
+            try:
+                data = os.read(read_end, 4096)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if data:
+                launch.feed(data)
+                return
+            loop.remove_reader(read_end)
+            os.close(read_end)
+            launch.end()
+
+        loop.add_reader(read_end, readable)
+        return launch
+
+    @property
+    def server_pid(self) -> int | None:
+        """The launcher server's pid, if it runs."""
+        return self._process.pid if self._process is not None else None
+
+    def _stop_server(self) -> None:
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.terminate()
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+
+    def close(self) -> None:
+        """Stop the launcher server (its supervisors then end their trees)."""
+        self._stop_server()
+
+
+def _fd_array(fds: list[int]) -> bytes:
+    import array
+
+    return array.array("i", fds).tobytes()
