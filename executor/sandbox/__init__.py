@@ -1,0 +1,57 @@
+"""The sandbox plugin API: everything a third-party backend imports lives here.
+
+A backend is an object with ``name``, ``probe(host)`` and ``prepare(rules, command)`` (see
+``SandboxBackend``); a plugin module contributes it through the ``executor_sandbox_backends``
+hook and is registered in the ``executor.sandbox`` entry-point group::
+
+    # pyproject.toml of the plugin
+    [project.entry-points."executor.sandbox"]
+    mybackend = "my_backend.plugin"
+
+    # my_backend/plugin.py
+    from executor.sandbox import hookimpl
+
+    @hookimpl
+    def executor_sandbox_backends(host):
+        return [MyBackend()]
+"""
+
+from __future__ import annotations
+
+from executor.errors import SandboxUnavailable
+from executor.protocol.messages import SandboxType
+from executor.sandbox.api import (
+    BackendStatus,
+    ChildSetup,
+    Command,
+    EnforcementReport,
+    HostInfo,
+    LaunchPlan,
+    SandboxBackend,
+)
+from executor.sandbox.hookspecs import ENTRY_POINT_GROUP, hookimpl, hookspec
+from executor.sandbox.intent import Access, NetworkMode, SandboxIntent
+from executor.sandbox.rules import Feature, PathKind, PathRule, RuleOrigin, RuleSet
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Access",
+    "BackendStatus",
+    "ChildSetup",
+    "Command",
+    "EnforcementReport",
+    "Feature",
+    "HostInfo",
+    "LaunchPlan",
+    "NetworkMode",
+    "PathKind",
+    "PathRule",
+    "RuleOrigin",
+    "RuleSet",
+    "SandboxBackend",
+    "SandboxIntent",
+    "SandboxType",
+    "SandboxUnavailable",
+    "hookimpl",
+    "hookspec",
+]

@@ -1,0 +1,109 @@
+"""The types a sandbox backend plugin works with (re-exported by ``executor.sandbox``)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from executor.protocol.messages import SandboxType
+from executor.sandbox.rules import Feature, RuleSet
+from executor.spawn.spawner import ChildSetup, SpawnRequest
+
+__all__ = [
+    "BackendStatus",
+    "ChildSetup",
+    "Command",
+    "EnforcementReport",
+    "HostInfo",
+    "LaunchPlan",
+    "SandboxBackend",
+]
+
+#: The command as the core resolved it: executable, argv (arg0 applied), env, cwd, tty.
+Command = SpawnRequest
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostInfo:
+    """Facts about this host every backend may need; backends probe their own details."""
+
+    platform: str
+    release: str
+    machine: str
+    uid: int
+
+    @classmethod
+    def current(cls) -> HostInfo:
+        """This host."""
+        return cls(
+            platform=sys.platform,
+            release=platform.release(),
+            machine=platform.machine(),
+            uid=os.getuid(),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackendStatus:
+    """What a backend can do on this host."""
+
+    available: bool
+    #: Why the backend is unavailable (empty when available).
+    reason: str = ""
+    #: Features it enforces here.
+    features: frozenset[Feature] = frozenset()
+    #: Why a feature it knows is not enforceable here (feature -> reason).
+    missing: Mapping[Feature, str] = field(default_factory=dict)
+    #: Probe results worth showing (``executor backends``, ``executor doctor``).
+    details: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnforcementReport:
+    """What a launch will really enforce: the layers, in order, and their details."""
+
+    layers: tuple[str, ...]
+    details: Mapping[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line for logs and ``executor run --verbose``."""
+        extra = ", ".join(f"{key}={value}" for key, value in sorted(self.details.items()))
+        return " + ".join(self.layers) + (f" ({extra})" if extra else "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchPlan:
+    """How to launch one sandboxed command; built immediately before spawn.
+
+    ``argv``/``executable`` may wrap the command (``sandbox-exec … -- argv``); ``env`` is added
+    to the command's environment; ``setup`` runs in the forked child before ``execve``;
+    ``release`` is called once the process has closed (or failed to start).
+    """
+
+    sandbox_type: SandboxType
+    executable: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    setup: ChildSetup | None = None
+    report: EnforcementReport = field(default_factory=lambda: EnforcementReport(layers=()))
+    release: Callable[[], None] | None = None
+
+
+@runtime_checkable
+class SandboxBackend(Protocol):
+    """What a sandbox backend implements. Register instances with ``executor_sandbox_backends``."""
+
+    #: Unique short name (``linux``, ``macos``, ...), used by ``--backend`` and in reports.
+    name: str
+
+    def probe(self, host: HostInfo) -> BackendStatus:
+        """Whether the backend works on ``host`` and which features it enforces there."""
+        ...
+
+    def prepare(self, rules: RuleSet, command: Command) -> LaunchPlan:
+        """Plan the launch of ``command`` under ``rules``; raise ``SandboxUnavailable`` to refuse."""
+        ...

@@ -1,0 +1,84 @@
+"""From a ``process/start`` request to a confined launch, or a refusal before anything runs.
+
+This is the one path every sandboxed process takes: parse the intent, refuse what we cannot
+honour (managed networking, MXC), materialize the rules for this host, let the plugin manager
+select a backend that enforces everything the rules need, and get its launch plan. Requests
+without ``sandbox`` run unsandboxed; ``permissions.type = disabled`` too, and reports
+``sandboxType: none`` truthfully.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import replace
+
+from executor.errors import InvalidParams, SandboxUnavailable
+from executor.process import ConfinedCommand
+from executor.protocol.messages import SandboxType, StartParams
+from executor.sandbox.api import Command, LaunchPlan
+from executor.sandbox.intent import NetworkIntent, SandboxIntent, parse_network_intent, parse_sandbox
+from executor.sandbox.manager import SandboxManager
+from executor.sandbox.materialize import HostView, Purpose, materialize
+from executor.sandbox.rules import RuleSet
+from executor.spawn.spawner import SpawnRequest
+
+__all__ = ["SandboxConfinement", "plan_command"]
+
+log = logging.getLogger("executor.sandbox")
+
+
+def _refuse_managed_network(network: NetworkIntent, *, sandboxed: bool) -> None:
+    if network.network_proxy is not None:
+        raise InvalidParams("networkProxy is not supported by this executor (networkProxyLaunch is false)")
+    if network.enforce_managed_network:
+        if not sandboxed:
+            raise InvalidParams("enforceManagedNetwork requires a sandbox")
+        raise SandboxUnavailable("managed networking needs a network proxy, which this executor does not run")
+
+
+def plan_command(
+    manager: SandboxManager, rules: RuleSet, command: Command
+) -> tuple[LaunchPlan, SpawnRequest]:
+    """Select a backend for ``rules`` and plan ``command``; returns the plan and the spawn."""
+    backend = manager.select(rules)
+    plan = manager.prepare(backend, rules, command)
+    env = {**command.env, **plan.env} if plan.env else command.env
+    request = replace(command, executable=plan.executable, argv=plan.argv, env=env, setup=plan.setup)
+    return plan, request
+
+
+class SandboxConfinement:
+    """The ``Confinement`` of the daemon: enforce sandbox intent or refuse it."""
+
+    def __init__(self, manager: SandboxManager, host: HostView) -> None:
+        self.manager = manager
+        self.host = host
+
+    def rules_for(self, intent: SandboxIntent, command: Command) -> RuleSet | None:
+        """Materialized rules of ``intent`` for ``command`` (None: sandbox disabled)."""
+        return materialize(
+            intent, self.host, purpose=Purpose.PROCESS, process_cwd=command.cwd, child_env=command.env
+        )
+
+    def confine(self, params: StartParams, command: SpawnRequest) -> ConfinedCommand:
+        """Decide how ``command`` runs; raises ``SandboxUnavailable`` to refuse it."""
+        network = parse_network_intent(params.enforce_managed_network, params.managed_network, params.network_proxy)
+        if params.sandbox is None:
+            _refuse_managed_network(network, sandboxed=False)
+            return ConfinedCommand(request=command, sandbox_type=SandboxType.NONE, sandboxed=False)
+        intent = parse_sandbox(params.sandbox)
+        _refuse_managed_network(network, sandboxed=True)
+        rules = self.rules_for(intent, command)
+        if rules is None:
+            return ConfinedCommand(request=command, sandbox_type=SandboxType.NONE, sandboxed=False)
+        plan, request = plan_command(self.manager, rules, command)
+        log.info("process %s: %s", params.process_id, plan.report.summary())
+        return ConfinedCommand(
+            request=request,
+            sandbox_type=plan.sandbox_type,
+            sandboxed=True,
+            linux=sys.platform.startswith("linux"),
+            release=plan.release,
+            summary=plan.report.summary(),
+        )

@@ -1,0 +1,94 @@
+"""The real ``HostView``: what materialization learns about this machine's filesystem."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Final
+
+from executor.sandbox.rules import PathKind
+
+__all__ = ["LocalHost", "minimal_paths", "state_directory"]
+
+_LINUX_MINIMAL: Final = ("/bin", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/sbin", "/usr")
+_MACOS_MINIMAL: Final = (
+    "/bin", "/sbin", "/usr", "/etc", "/private/etc", "/System", "/Library/Apple",
+    "/Library/Preferences", "/opt/homebrew/lib", "/usr/local/lib", "/dev",
+)
+_GITDIR: Final = re.compile(r"^gitdir:\s*(.+?)\s*$", re.MULTILINE)
+
+
+def minimal_paths(platform: str = sys.platform) -> tuple[str, ...]:
+    """Directories ``:minimal`` stands for on ``platform`` (those that exist)."""
+    candidates = _MACOS_MINIMAL if platform == "darwin" else _LINUX_MINIMAL
+    return tuple(path for path in candidates if os.path.exists(path))
+
+
+def state_directory() -> str:
+    """The executor's private state directory (hidden from every sandbox)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = runtime if runtime and os.path.isabs(runtime) else "/tmp"
+    return os.path.join(base, f"executor-{os.getuid()}")
+
+
+class LocalHost:
+    """``HostView`` of the machine this code runs on."""
+
+    def __init__(self, hidden_paths: tuple[str, ...] = (), cwd: str | None = None) -> None:
+        self.minimal_paths = minimal_paths()
+        self.hidden_paths = hidden_paths
+        self.cwd = cwd or os.getcwd()
+        self.home = os.environ.get("HOME") or os.path.expanduser("~")
+
+    def kind(self, path: str) -> PathKind:
+        """What is at ``path`` (symlinks followed)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return PathKind.MISSING
+        if os.path.stat.S_ISDIR(st.st_mode):
+            return PathKind.DIRECTORY
+        if os.path.stat.S_ISREG(st.st_mode):
+            return PathKind.FILE
+        return PathKind.OTHER
+
+    def realpath(self, path: str) -> str:
+        """Symlinks resolved."""
+        return os.path.realpath(path)
+
+    def gitdir_pointer(self, path: str) -> str | None:
+        """The git dir a ``.git`` file names, if ``path`` is such a file."""
+        if not os.path.isfile(path):
+            return None
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                match = _GITDIR.search(handle.read(4096))
+        except OSError:
+            return None
+        if match is None:
+            return None
+        target = os.path.join(os.path.dirname(path), match.group(1))
+        return os.path.realpath(target)
+
+    def glob_matches(self, base: str, regex: str, max_depth: int) -> list[str]:
+        """Existing paths under ``base`` (``max_depth`` directory levels) matching ``regex``."""
+        pattern = re.compile(regex)
+        found: list[str] = []
+        level = [base]
+        for _ in range(max_depth):
+            following: list[str] = []
+            for directory in level:
+                try:
+                    entries = list(os.scandir(directory))
+                except OSError:
+                    continue
+                for entry in entries:
+                    if pattern.match(entry.path):
+                        found.append(entry.path)
+                    elif entry.is_dir(follow_symlinks=False):
+                        following.append(entry.path)
+            level = following
+            if not level:
+                break
+        return found

@@ -1,0 +1,308 @@
+"""Bind symbolic intent to this executor's native paths: intent -> ``RuleSet`` (pure, given a host).
+
+Rules of resolution (protocol.md §7.4-§7.5):
+
+* ``:project_roots`` (and its legacy alias) expands to each workspace root joined with its
+  ``subpath``; with no workspace roots it expands to nothing (the cwd is not substituted);
+* ``:tmpdir`` is the child's ``TMPDIR`` for processes, the context's temporary directories
+  for filesystem calls; ``:slash_tmp`` is ``/tmp`` when it is a directory; ``:root`` is ``/``;
+  ``:minimal`` the platform's list of directories needed to run programs (read-only);
+* the most specific rule wins; at one path ``deny`` > ``write`` > ``read``; no rule: denied;
+* ``.git``, ``.agents``, ``.codex`` and ``.aws`` stay read-only under every writable root,
+  existing or not, and so does the git dir a ``.git`` file points to;
+* deny globs are kept as patterns (enforced at access time where a backend can) and their
+  existing matches, up to ``glob_scan_max_depth`` levels, become deny rules;
+* the executor's own state directories are always denied.
+
+All host knowledge comes through ``HostView`` so that tests can describe any host.
+"""
+
+from __future__ import annotations
+
+import enum
+import posixpath
+import re
+from collections.abc import Mapping
+from typing import Final, Protocol
+
+from executor.errors import InvalidParams
+from executor.sandbox.intent import (
+    PROJECT_ROOTS_GLOB_PREFIX,
+    Access,
+    Entry,
+    GlobTarget,
+    NetworkMode,
+    PathTarget,
+    ProfileType,
+    SandboxIntent,
+    SpecialKind,
+    SpecialTarget,
+)
+from executor.sandbox.rules import PathKind, PathRule, RuleOrigin, RuleSet, glob_has_magic, glob_to_regex
+
+__all__ = ["PROTECTED_NAMES", "HostView", "Purpose", "materialize", "needs_cwd"]
+
+#: Names that stay read-only under every writable root: planting code there would let a
+#: sandboxed command run code later, outside the sandbox (git hooks, agent configuration).
+PROTECTED_NAMES: Final = (".git", ".agents", ".codex", ".aws")
+#: Upper bound on deny-glob scanning when the profile sets no depth.
+MAX_SCAN_DEPTH: Final = 32
+MAX_GLOB_MATCHES: Final = 10_000
+
+
+class Purpose(enum.Enum):
+    """What the rules are for; ``:tmpdir`` and the default policy cwd depend on it."""
+
+    PROCESS = "process"
+    FILESYSTEM = "filesystem"
+
+
+class HostView(Protocol):
+    """What materialization may ask about the host."""
+
+    #: Directories ``:minimal`` stands for on this platform.
+    minimal_paths: tuple[str, ...]
+    #: The executor's own state directories, hidden from every sandbox.
+    hidden_paths: tuple[str, ...]
+    #: The executor's working directory (the default policy cwd of filesystem calls).
+    cwd: str
+    #: The executor user's home directory.
+    home: str | None
+
+    def kind(self, path: str) -> PathKind:
+        """What is at ``path`` (symlinks followed)."""
+
+    def realpath(self, path: str) -> str:
+        """``path`` with symlinks resolved (missing tails kept as they are)."""
+
+    def gitdir_pointer(self, path: str) -> str | None:
+        """If ``path`` is a ``.git`` file (``gitdir: X``), the absolute git dir it names."""
+
+    def glob_matches(self, base: str, regex: str, max_depth: int) -> list[str]:
+        """Existing paths below ``base`` (at most ``max_depth`` levels) matching ``regex``."""
+
+
+def needs_cwd(intent: SandboxIntent) -> bool:
+    """Whether the profile's entries need a policy cwd (project roots or relative globs)."""
+    fs = intent.permissions.file_system
+    if fs is None or not fs.restricted:
+        return False
+    for entry in fs.entries:
+        target = entry.target
+        if isinstance(target, SpecialTarget) and target.kind in (
+            SpecialKind.PROJECT_ROOTS,
+            SpecialKind.CURRENT_WORKING_DIRECTORY,
+        ):
+            return True
+        if isinstance(target, GlobTarget) and not target.pattern.startswith(("/", "~/")):
+            return True
+    return False
+
+
+def _policy_cwd(intent: SandboxIntent, host: HostView, purpose: Purpose, process_cwd: str | None) -> str:
+    if intent.cwd is not None:
+        return intent.cwd
+    if purpose is Purpose.PROCESS and process_cwd is not None:
+        return process_cwd
+    if needs_cwd(intent):
+        raise InvalidParams("file system sandbox context with dynamic permissions requires cwd")
+    return host.cwd
+
+
+def materialize(
+    intent: SandboxIntent,
+    host: HostView,
+    *,
+    purpose: Purpose = Purpose.PROCESS,
+    process_cwd: str | None = None,
+    child_env: Mapping[str, str] | None = None,
+) -> RuleSet | None:
+    """The rule set for ``intent`` on ``host``; None when the profile disables sandboxing."""
+    permissions = intent.permissions
+    if permissions.type is ProfileType.DISABLED:
+        return None
+    cwd = _policy_cwd(intent, host, purpose, process_cwd)
+    fs = permissions.file_system
+    if permissions.type is ProfileType.EXTERNAL or fs is None or not fs.restricted:
+        return RuleSet(filesystem_restricted=False, network=permissions.network, policy_cwd=cwd,
+                       landlock_only=intent.use_legacy_landlock)
+    builder = _Builder(intent, host, purpose, cwd, child_env or {})
+    for entry in fs.entries:
+        builder.add_entry(entry)
+    if builder.full_disk_write():
+        # The reference runs ``:root = write`` with nothing narrower without any filesystem
+        # confinement; so do we (only the network part applies).
+        return RuleSet(filesystem_restricted=False, network=permissions.network, policy_cwd=cwd,
+                       landlock_only=intent.use_legacy_landlock, notes=tuple(builder.notes))
+    builder.expand_globs(fs.glob_scan_max_depth)
+    builder.protect_names()
+    builder.hide_executor_state()
+    return RuleSet(
+        filesystem_restricted=True,
+        rules=builder.finish(),
+        deny_globs=tuple(builder.deny_globs),
+        network=permissions.network,
+        policy_cwd=cwd,
+        landlock_only=intent.use_legacy_landlock,
+        notes=tuple(builder.notes),
+    )
+
+
+class _Builder:
+    def __init__(
+        self, intent: SandboxIntent, host: HostView, purpose: Purpose, cwd: str, env: Mapping[str, str]
+    ) -> None:
+        self.intent = intent
+        self.host = host
+        self.purpose = purpose
+        self.cwd = cwd
+        self.env = env
+        self.rules: dict[str, PathRule] = {}
+        self.deny_globs: list[str] = []
+        self.notes: list[str] = []
+
+    # --- entries ----------------------------------------------------------------------------
+
+    def add_entry(self, entry: Entry) -> None:
+        target = entry.target
+        if isinstance(target, GlobTarget):
+            self.deny_globs.extend(self._absolute_globs(target.pattern))
+            return
+        for path in self._paths(target):
+            self._add(path, entry.access, RuleOrigin.ENTRY, skip_if_missing=entry.skip_if_missing)
+
+    def _paths(self, target: PathTarget | SpecialTarget) -> list[str]:
+        if isinstance(target, PathTarget):
+            return [target.path]
+        kind = target.kind
+        if kind is SpecialKind.ROOT:
+            return ["/"]
+        if kind is SpecialKind.MINIMAL:
+            return list(self.host.minimal_paths)
+        if kind in (SpecialKind.PROJECT_ROOTS, SpecialKind.CURRENT_WORKING_DIRECTORY):
+            roots = self.intent.workspace_roots
+            if not roots:
+                self.notes.append(":project_roots expands to nothing: the request names no workspace roots")
+            return [posixpath.join(root, target.subpath) if target.subpath else root for root in roots]
+        if kind is SpecialKind.TMPDIR:
+            return self._tmpdirs()
+        if kind is SpecialKind.SLASH_TMP:
+            return ["/tmp"] if self.host.kind("/tmp") is PathKind.DIRECTORY else []
+        self.notes.append(f"ignored unknown special path {target.token or '?'}")
+        return []
+
+    def _tmpdirs(self) -> list[str]:
+        if self.purpose is Purpose.FILESYSTEM:
+            return list(self.intent.temporary_directories or ())
+        tmpdir = self.env.get("TMPDIR", "")
+        return [posixpath.normpath(tmpdir)] if tmpdir.startswith("/") else []
+
+    def _add(self, path: str, access: Access, origin: RuleOrigin, *, skip_if_missing: bool = False) -> None:
+        kind = self.host.kind(path)
+        if kind is PathKind.MISSING:
+            if skip_if_missing:
+                return
+            if access is not Access.DENY and origin is RuleOrigin.ENTRY:
+                self.notes.append(f"{path} does not exist; its {access} entry has nothing to grant")
+                return
+        else:
+            path = self.host.realpath(path)
+        existing = self.rules.get(path)
+        if existing is not None and existing.access.rank >= access.rank:
+            return
+        self.rules[path] = PathRule(path, access, origin, kind)
+
+    def full_disk_write(self) -> bool:
+        root = self.rules.get("/")
+        return (
+            root is not None
+            and root.access is Access.WRITE
+            and not self.deny_globs
+            and all(rule.access is Access.WRITE for rule in self.rules.values())
+        )
+
+    # --- globs ------------------------------------------------------------------------------
+
+    def _absolute_globs(self, pattern: str) -> list[str]:
+        if pattern.startswith(PROJECT_ROOTS_GLOB_PREFIX):
+            rest = pattern[len(PROJECT_ROOTS_GLOB_PREFIX) :]
+            return [posixpath.join(root, rest) for root in self.intent.workspace_roots]
+        if pattern.startswith("~/"):
+            home = self.intent.user_home_dir or self.host.home
+            return [posixpath.join(home, pattern[2:])] if home else []
+        if pattern.startswith("/"):
+            return [pattern]
+        return [posixpath.join(self.cwd, pattern)]
+
+    def expand_globs(self, max_depth: int | None) -> None:
+        depth = min(max_depth or MAX_SCAN_DEPTH, MAX_SCAN_DEPTH)
+        for pattern in self.deny_globs:
+            if not glob_has_magic(pattern):
+                self._add(posixpath.normpath(pattern), Access.DENY, RuleOrigin.DENY_GLOB)
+                continue
+            base = _static_prefix(pattern)
+            for match in self.host.glob_matches(base, glob_to_regex(pattern), depth)[:MAX_GLOB_MATCHES]:
+                self._add(match, Access.DENY, RuleOrigin.DENY_GLOB)
+
+    # --- protection -------------------------------------------------------------------------
+
+    def _effective(self, path: str) -> Access:
+        current = path
+        while True:
+            rule = self.rules.get(current)
+            if rule is not None:
+                return rule.access
+            if current == "/":
+                return Access.DENY
+            current = posixpath.dirname(current)
+
+    def protect_names(self) -> None:
+        writable = [rule.path for rule in self.rules.values() if rule.access is Access.WRITE]
+        for root in writable:
+            for name in PROTECTED_NAMES:
+                path = posixpath.join(root, name)
+                if path not in self.rules and self._effective(path) is Access.WRITE:
+                    self._add(path, Access.READ, RuleOrigin.PROTECTED)
+            gitdir = self.host.gitdir_pointer(posixpath.join(root, ".git"))
+            if gitdir is not None and gitdir not in self.rules and self._effective(gitdir) is Access.WRITE:
+                self._add(gitdir, Access.READ, RuleOrigin.GITDIR)
+
+    def hide_executor_state(self) -> None:
+        for path in self.host.hidden_paths:
+            if self._effective(path) is not Access.DENY:
+                self._add(path, Access.DENY, RuleOrigin.EXECUTOR_STATE)
+
+    def finish(self) -> tuple[PathRule, ...]:
+        """Sorted rules, without those that change nothing (same access as their parent)."""
+        ordered = sorted(self.rules.values(), key=lambda rule: (rule.path.count("/"), rule.path))
+        kept: dict[str, PathRule] = {}
+        for rule in ordered:
+            parent = _nearest(kept, rule.path)
+            parent_access = Access.DENY if parent is None else parent.access
+            if rule.path != "/" and parent_access is rule.access:
+                continue
+            kept[rule.path] = rule
+        return tuple(sorted(kept.values(), key=lambda rule: (rule.path.count("/") if rule.path != "/" else 0, rule.path)))
+
+
+def _nearest(rules: Mapping[str, PathRule], path: str) -> PathRule | None:
+    if path == "/":
+        return None
+    current = posixpath.dirname(path)
+    while True:
+        rule = rules.get(current)
+        if rule is not None:
+            return rule
+        if current == "/":
+            return None
+        current = posixpath.dirname(current)
+
+
+_MAGIC = re.compile(r"[*?\[]")
+
+
+def _static_prefix(pattern: str) -> str:
+    """The directory part of ``pattern`` before its first glob character."""
+    match = _MAGIC.search(pattern)
+    head = pattern if match is None else pattern[: match.start()]
+    return posixpath.dirname(head) if not head.endswith("/") else head.rstrip("/") or "/"
