@@ -10,13 +10,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from executor.environment import describe_host
-from executor.process import (
-    Confinement,
-    LiveProcessCounter,
-    ProcessLimits,
-    ProcessTable,
-    RefuseSandbox,
-)
+from executor.sandbox.confine import SandboxConfinement
+from executor.sandbox.host import LocalHost, state_directory
+from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
+from executor.process import Confinement, LiveProcessCounter, ProcessLimits, ProcessTable
 from executor.protocol.messages import Capabilities
 from executor.router import Route, build_routes
 from executor.session import DEFAULT_SESSION_TTL, Session, SessionRegistry
@@ -38,6 +35,10 @@ class DaemonConfig:
     process: ProcessLimits = field(default_factory=ProcessLimits)
     #: Concurrent ``async`` requests per connection before reading pauses (backpressure).
     max_inflight_requests: int = 256
+    #: Sandbox plugins that must not be loaded (in addition to ``EXECUTOR_BLOCK_PLUGINS``).
+    blocked_plugins: tuple[str, ...] = ()
+    #: The executor's private state directory; hidden from every sandbox.
+    state_dir: str = field(default_factory=state_directory)
 
 
 class Daemon:
@@ -54,7 +55,12 @@ class Daemon:
         self.config = config
         self.loop = asyncio.get_running_loop()
         self.spawner = Spawner()
-        self.confinement: Confinement = confinement or RefuseSandbox()
+        _ensure_private_dir(config.state_dir)
+        self.host_view = LocalHost(hidden_paths=(config.state_dir,))
+        self.sandbox = SandboxManager(
+            get_plugin_manager(blocked=(*config.blocked_plugins, *blocked_from_env()))
+        )
+        self.confinement: Confinement = confinement or SandboxConfinement(self.sandbox, self.host_view)
         self.counter = LiveProcessCounter(config.process.max_total)
         self.environment = describe_host(capabilities or Capabilities())
         self.environment_wire = self.environment.to_wire()
@@ -105,3 +111,8 @@ class Daemon:
         if self._background:
             await asyncio.wait(list(self._background), timeout=self.config.process.stop_grace * 2 + 1)
         self.spawner.close()
+
+
+def _ensure_private_dir(path: str) -> None:
+    """Create the state directory, readable by this user only."""
+    os.makedirs(path, mode=0o700, exist_ok=True)

@@ -171,7 +171,10 @@ class Connection:
         return {"sessionId": session.id, "environmentInfo": self.daemon.environment_wire}
 
     def connection_scope(self) -> dict[str, Any]:
-        """Per-connection state that services keep (file handles, HTTP streams)."""
+        """Per-connection state that services keep (file handles, HTTP streams).
+
+        Values with a ``close()`` method are closed when the connection ends.
+        """
         return self._scope
 
     # --- outbound ---------------------------------------------------------------------------
@@ -242,6 +245,14 @@ class Connection:
                 task.cancel()
         if self.session is not None:
             self.daemon.sessions.detach(self.session, self)
+        for value in self._scope.values():
+            close = getattr(value, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:
+                    log.exception("closing connection state failed")
+        self._scope.clear()
         self.daemon.connection_closed(self)
         self._fire_drain()
         log.info("connection %s closed", self.transport.peer)

@@ -50,8 +50,6 @@ class Feature(enum.StrEnum):
     CARVE_OUT = "carve-out"
     #: a path that does not exist yet must stay uncreatable inside a writable tree
     MISSING_PATH_PROTECTION = "missing-path-protection"
-    #: files matching a deny glob that appear after launch must be covered too
-    DENY_GLOB_AT_ACCESS = "deny-glob-at-access"
     #: no network at all (except what the command's own Unix socketpairs carry)
     NETWORK_BLOCK = "network-block"
 
@@ -147,8 +145,6 @@ class RuleSet:
         needed.add(Feature.WRITE_RESTRICTION)
         if self.access_of("/") is Access.DENY or any(r.access is Access.DENY for r in self.rules):
             needed.add(Feature.READ_RESTRICTION)
-        if self.deny_globs:
-            needed.add(Feature.DENY_GLOB_AT_ACCESS)
         for rule in self.rules:
             parent = self.parent_rule(rule)
             parent_access = Access.DENY if parent is None else parent.access

@@ -1,0 +1,1 @@
+"""First-party Linux sandbox backend: Landlock + seccomp, with namespaces where allowed."""

@@ -1,0 +1,1 @@
+"""First-party macOS sandbox backend: Seatbelt profiles run through sandbox-exec."""

@@ -1,0 +1,1 @@
+"""First-party Windows backend: refuses sandboxed launches, before anything runs."""

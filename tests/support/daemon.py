@@ -1,0 +1,83 @@
+"""Start a real daemon through its console script, on loopback with a free port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from tests.support.client import StdioClient, WsClient
+
+EXECUTOR = Path(sys.executable).with_name("executor")
+
+
+def executor_command() -> list[str]:
+    """The console script of the environment running the tests."""
+    return [str(EXECUTOR)] if EXECUTOR.exists() else [sys.executable, "-m", "executor"]
+
+
+class RunningDaemon:
+    """A daemon subprocess listening on ``url``; its stderr goes to ``log_path``."""
+
+    def __init__(self, args: Sequence[str] = (), env: dict[str, str] | None = None, cwd: str | None = None) -> None:
+        self.log_file = tempfile.NamedTemporaryFile(prefix="executor-log-", suffix=".txt", delete=False)  # noqa: SIM115
+        self.log_path = Path(self.log_file.name)
+        self.process = subprocess.Popen(
+            [*executor_command(), "serve", "--listen", "ws://127.0.0.1:0", *args],
+            stdout=subprocess.PIPE,
+            stderr=self.log_file,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().decode().strip()
+        if not line.startswith("ws://"):
+            self.stop()
+            raise RuntimeError(f"daemon did not print its URL: {line!r}\n{self.log()}")
+        self.url = line
+        self.pid = self.process.pid
+
+    def client(self, **kwargs: object) -> WsClient:
+        """A new connection."""
+        return WsClient(self.url, **kwargs)
+
+    def session(self, name: str = "test") -> WsClient:
+        """A new connection that has completed the handshake."""
+        client = self.client()
+        client.initialize(name)
+        return client
+
+    def log(self) -> str:
+        """Everything the daemon logged so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        """Signal the daemon and wait for it to exit; returns its status."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.log_file.close()
+        return self.process.returncode
+
+
+def start_stdio(args: Sequence[str] = (), env: dict[str, str] | None = None) -> StdioClient:
+    """``executor serve --listen stdio`` with a client on its pipes."""
+    process = subprocess.Popen(
+        [*executor_command(), "serve", "--listen", "stdio", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    return StdioClient(process)
