@@ -3,9 +3,9 @@
 # root). Everything else comes from PyPI through pyproject.toml.
 set -eu
 [ "$(uname -s)" = Linux ] || exit 0
-if ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2'; then
-    exit 0
-fi
+for dir in /lib /usr/lib /lib64 /usr/lib64 /lib/*-linux-gnu /usr/lib/*-linux-gnu; do
+    [ -e "$dir/libseccomp.so.2" ] && exit 0
+done
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     echo "installing libseccomp2 (needed by pyseccomp)" >&2
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q libseccomp2 >&2 \

@@ -44,7 +44,7 @@ class Feature(enum.StrEnum):
 
     #: some writes are forbidden (every restricted filesystem policy)
     WRITE_RESTRICTION = "write-restriction"
-    #: some paths must not be readable
+    #: the root is not readable: only listed trees may be read
     READ_RESTRICTION = "read-restriction"
     #: a rule narrower than an ancestor: read-only or deny inside a writable or readable tree
     CARVE_OUT = "carve-out"
@@ -143,7 +143,7 @@ class RuleSet:
         if not self.filesystem_restricted:
             return frozenset(needed)
         needed.add(Feature.WRITE_RESTRICTION)
-        if self.access_of("/") is Access.DENY or any(r.access is Access.DENY for r in self.rules):
+        if self.access_of("/") is Access.DENY:
             needed.add(Feature.READ_RESTRICTION)
         for rule in self.rules:
             parent = self.parent_rule(rule)

@@ -5,7 +5,11 @@ STDLIB ONLY. This module is loaded by the launcher server, which runs as
 setup function receives a ``ChildContext`` and must end by calling ``ctx.exec()`` (or
 ``ctx.fail()``); in between it may fork (e.g. to become PID 1 of a new PID namespace) and
 apply its layers. ``ctx.exec()`` performs the common final steps in the process that becomes
-the command: session and controlling terminal, standard descriptors, working directory.
+the command: session and controlling terminal, working directory, ``before_exec``, ``execve``.
+
+Every intermediate process that forks the next stage must close ``ctx.error_fd`` afterwards:
+the supervisor learns that the command started from EOF on that pipe (it is close-on-exec),
+so a stray copy would hold the start forever.
 """
 
 from __future__ import annotations
@@ -71,8 +75,10 @@ class ChildContext:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     def exec(self) -> None:
-        """Enter the working directory and replace this process with the command."""
+        """Become a session leader (taking the terminal), enter the working directory, run
+        ``before_exec`` and replace this process with the command."""
         spec = self.spec
+        self.run("session", self.new_session)
         self.run("chdir", lambda: os.chdir(spec.cwd))
         if self.before_exec is not None:
             self.run("sandbox", self.before_exec)

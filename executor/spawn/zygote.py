@@ -141,7 +141,6 @@ def _exec_child(request: dict[str, Any], fds: list[int], error_fd: int) -> None:
     ctx.extra_fds = extra  # type: ignore[attr-defined]
     setup = request.get("setup")
     if setup is None:
-        ctx.run("session", ctx.new_session)
         ctx.exec()
         return
     module = _modules.get(setup["module"])

@@ -1,0 +1,140 @@
+"""The Linux backend: probe the layers, and plan each launch (daemon side)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from executor.errors import SandboxUnavailable
+from executor.sandbox import (
+    BackendStatus,
+    ChildSetup,
+    Command,
+    EnforcementReport,
+    Feature,
+    HostInfo,
+    LaunchPlan,
+    NetworkMode,
+    RuleSet,
+    SandboxType,
+)
+from executor_linux import plan, seccomp_policy
+from executor_linux.placeholders import Placeholders
+from executor_linux.probe import HostSupport, host_support
+
+__all__ = ["LinuxBackend"]
+
+_LAUNCHER = str(Path(__file__).with_name("launcher.py"))
+_NAMESPACE_FEATURES = frozenset({Feature.CARVE_OUT, Feature.MISSING_PATH_PROTECTION})
+
+
+class LinuxBackend:
+    """Landlock + seccomp + dropped capabilities, in private namespaces where the host allows."""
+
+    name = "linux"
+
+    def __init__(self, state_dir: str | None = None) -> None:
+        self.state_dir = state_dir
+        self.placeholders = Placeholders()
+
+    def probe(self, host: HostInfo) -> BackendStatus:
+        """Which layers work here, and so which features this backend enforces."""
+        if not host.platform.startswith("linux"):
+            return BackendStatus(available=False, reason=f"requires Linux (this host is {host.platform})")
+        support = host_support()
+        if not support.seccomp:
+            return BackendStatus(available=False, reason=f"seccomp is unusable: {support.seccomp_reason}")
+        features = {Feature.NETWORK_BLOCK}
+        missing: dict[Feature, str] = {}
+        if support.landlock_abi:
+            features |= {Feature.WRITE_RESTRICTION, Feature.READ_RESTRICTION}
+        else:
+            missing[Feature.READ_RESTRICTION] = support.landlock_reason
+        if support.namespaces:
+            features |= {Feature.WRITE_RESTRICTION, *_NAMESPACE_FEATURES}
+        else:
+            for feature in _NAMESPACE_FEATURES:
+                missing[feature] = f"needs a private mount namespace; {support.namespaces_reason}"
+        if Feature.WRITE_RESTRICTION not in features:
+            missing[Feature.WRITE_RESTRICTION] = "needs Landlock or a private mount namespace"
+        return BackendStatus(
+            available=True,
+            features=frozenset(features),
+            missing=missing,
+            details=_details(support),
+        )
+
+    def prepare(self, rules: RuleSet, command: Command) -> LaunchPlan:
+        """The launch plan: layers applied in the forked child, then ``execve``."""
+        support = host_support()
+        use_namespaces = support.namespaces and not rules.landlock_only
+        if not use_namespaces and rules.needs & _NAMESPACE_FEATURES:
+            why = "useLegacyLandlock asks for Landlock only" if rules.landlock_only else support.namespaces_reason
+            raise SandboxUnavailable(
+                "read-only or denied paths inside a granted tree need a private mount namespace, "
+                f"and the linux backend cannot use one here ({why})"
+            )
+        restricted = rules.network is NetworkMode.RESTRICTED
+        payload: dict[str, object] = {"seccomp": seccomp_policy.compile_filter(restricted)}
+        layers: list[str] = []
+        release = None
+        mounts = plan.mount_plan(rules) if use_namespaces and rules.filesystem_restricted else None
+        if use_namespaces:
+            payload["namespaces"] = {
+                "user": support.user_namespace,
+                "net": restricted,
+                "proc": support.fresh_proc,
+                "uid": os.getuid(),
+                "gid": os.getgid(),
+            }
+            payload["mounts"] = {
+                **(mounts.to_payload() if mounts else {"readonly_root": False, "operations": [], "private_shm": False}),
+                "staging": plan.staging_dir(self._state_dir()),
+            }
+            kinds = ["user"] if support.user_namespace else []
+            kinds += ["mount", "pid", "ipc"] + (["net"] if restricted else [])
+            layers.append(f"namespaces({','.join(kinds)})")
+            if mounts is not None:
+                layers.append("mounts")
+                release = self.placeholders.acquire(mounts.placeholders) if mounts.placeholders else None
+        layers.append("no_new_privs")
+        private_shm = bool(mounts and mounts.private_shm)
+        ruleset = plan.landlock_plan(rules, support.landlock_abi, private_shm=private_shm) if support.landlock_abi else None
+        if ruleset is not None:
+            payload["landlock"] = ruleset.to_payload()
+            layers.append(f"landlock({ruleset.describe()})")
+        elif rules.filesystem_restricted and not use_namespaces:
+            raise SandboxUnavailable("no layer can restrict the filesystem here")
+        layers.append("capabilities-dropped")
+        layers.append("seccomp(network-off)" if restricted else "seccomp")
+        return LaunchPlan(
+            sandbox_type=SandboxType.LINUX_SECCOMP,
+            executable=command.executable,
+            argv=command.argv,
+            setup=ChildSetup(module_path=_LAUNCHER, function="run", payload=payload),
+            report=EnforcementReport(layers=tuple(layers), details=_details(support)),
+            release=release,
+        )
+
+    def _state_dir(self) -> str:
+        if self.state_dir is None:
+            from executor.sandbox.host import state_directory
+
+            self.state_dir = state_directory()
+        staging = plan.staging_dir(self.state_dir)
+        os.makedirs(staging, mode=0o700, exist_ok=True)
+        return self.state_dir
+
+
+def _details(support: HostSupport) -> dict[str, str]:
+    details = {
+        "landlock_abi": str(support.landlock_abi),
+        "namespaces": "yes" if support.namespaces else f"no ({support.namespaces_reason})",
+        "user_namespace": "yes" if support.user_namespace else "no (running as root)",
+        "fresh_proc": "yes" if support.fresh_proc else "no",
+        "python": sys.version.split()[0],
+    }
+    if not support.landlock_abi:
+        details["landlock"] = support.landlock_reason
+    return details

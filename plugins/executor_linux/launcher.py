@@ -1,0 +1,235 @@
+"""Inside the forked child, before ``execve``: apply the Linux sandbox layers (STDLIB ONLY).
+
+Called by the launcher server as ``run(payload, ctx)`` (see ``executor/spawn/child.py``).
+Layers, in this order:
+
+1. **namespaces** (when the host allows them): user (if not root), mount, PID, IPC and, with
+   the network off, network. The child then forks: PID 1 of the new namespace applies the
+   **mounts** and forks the command, forwards signals to it and exits with its status (the
+   kernel then kills anything left in the namespace). The outer child relays that status.
+2. in the command process, after ``chdir``: **no_new_privs**, **Landlock** (paths are opened
+   while capabilities still allow it), **capabilities dropped** (all sets), **seccomp** last.
+3. ``execve``.
+
+Any failure ends the child through ``ctx.fail(stage, errno)``: the start request fails with a
+message naming the layer, and nothing runs. Stages: ``namespaces``, ``mounts``,
+``landlock``, ``capabilities``, ``seccomp``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from executor_linux import landlock, syscalls  # noqa: E402 - after the path set-up above
+
+#: Signals PID 1 forwards to the command's process group.
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+_IGNORED_ON_MISSING = (errno.ENOENT, errno.EINVAL)
+
+
+def run(payload: dict[str, Any], ctx: Any) -> None:
+    """Apply the layers described by ``payload`` and execute the command."""
+    namespaces = payload.get("namespaces")
+    if not namespaces:
+        _exec_confined(payload, ctx)
+        return
+    ctx.run("namespaces", lambda: _enter_namespaces(namespaces))
+    os.setpgid(0, 0)  # our own group: the daemon signals it; PID 1 forwards to the command
+    init = os.fork()
+    if init == 0:
+        _namespace_init(payload, ctx)
+        return
+    os.close(ctx.error_fd)
+    for signum in _FORWARDED:
+        signal.signal(signum, signal.SIG_IGN)  # PID 1 is in our group and gets them itself
+    os._exit(_wait_status(init))
+
+
+def _enter_namespaces(spec: dict[str, Any]) -> None:
+    flags = syscalls.CLONE_NEWNS | syscalls.CLONE_NEWPID | syscalls.CLONE_NEWIPC
+    if spec.get("net"):
+        flags |= syscalls.CLONE_NEWNET
+    if spec.get("user"):
+        flags |= syscalls.CLONE_NEWUSER
+    syscalls.unshare(flags)
+    if spec.get("user"):
+        syscalls.write_file("/proc/self/setgroups", "deny")
+        syscalls.write_file("/proc/self/uid_map", f"{spec['uid']} {spec['uid']} 1")
+        syscalls.write_file("/proc/self/gid_map", f"{spec['gid']} {spec['gid']} 1")
+
+
+def _namespace_init(payload: dict[str, Any], ctx: Any) -> None:
+    """PID 1 of the new namespaces: mounts, then the command, then wait and relay."""
+    ctx.run("mounts", lambda: _apply_mounts(payload["mounts"], payload["namespaces"]))
+    command = os.fork()
+    if command == 0:
+        _exec_confined(payload, ctx)
+        return
+    os.close(ctx.error_fd)
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.killpg(command, signum)
+        except OSError:
+            pass
+
+    for signum in _FORWARDED:
+        signal.signal(signum, forward)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(255)
+        if pid == command:
+            os._exit(_exit_code(status))
+
+
+def _wait_status(pid: int) -> int:
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except InterruptedError:
+            continue
+        return _exit_code(status)
+
+
+def _exit_code(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status)
+
+
+# --- mounts -----------------------------------------------------------------------------------
+
+
+def _mountinfo() -> list[tuple[str, bool]]:
+    """(mount point, read-only) of every mount, in mount order."""
+    found = []
+    with open("/proc/self/mountinfo", "rb") as handle:
+        for line in handle:
+            fields = line.split()
+            point = fields[4].decode().replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
+            point = point.replace("\\134", "\\")
+            found.append((point, b"ro" in fields[5].split(b",")))
+    return found
+
+
+def _open_exact(path: str) -> int:
+    """An O_PATH descriptor of ``path`` that refuses any symlink on the way (no swaps)."""
+    import ctypes
+    import struct
+
+    how = ctypes.create_string_buffer(struct.pack("=QQQ", os.O_PATH | os.O_CLOEXEC, 0, 0x04), 24)
+    return syscalls.syscall(syscalls.NR_OPENAT2, syscalls.AT_FDCWD, os.fsencode(path), how, 24)
+
+
+def _apply_mounts(plan: dict[str, Any], namespaces: dict[str, Any]) -> None:
+    syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
+    host_readonly = {point for point, readonly in _mountinfo() if readonly}
+    operations = [tuple(op) for op in plan["operations"]]
+    empty_file = None
+    if any(op == "mask_file" for op, _ in operations):
+        empty_file = _staging_file(plan["staging"])
+    if plan["readonly_root"]:
+        for point, _readonly in _mountinfo():
+            try:
+                syscalls.mount_setattr(point, set_flags=syscalls.MOUNT_ATTR_RDONLY)
+            except OSError as exc:
+                if exc.errno not in _IGNORED_ON_MISSING:  # gone, or shadowed by a later mount
+                    raise
+    for op, path in operations:
+        _mount_one(op, path, empty_file, host_readonly)
+    if plan.get("private_shm") and os.path.isdir("/dev/shm"):
+        flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
+        syscalls.mount("tmpfs", "/dev/shm", "tmpfs", flags, "mode=1777")
+    if namespaces.get("proc"):
+        flags = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
+        syscalls.mount("proc", "/proc", "proc", flags)
+
+
+def _staging_file(staging: str) -> str:
+    flags = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
+    syscalls.mount("tmpfs", staging, "tmpfs", flags, "mode=0700,size=16k")
+    path = os.path.join(staging, "empty")
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0))
+    os.chmod(path, 0)
+    return path
+
+
+def _mount_one(op: str, path: str, empty_file: str | None, host_readonly: set[str]) -> None:
+    fd = _open_exact(path)
+    try:
+        target = f"/proc/self/fd/{fd}"
+        if op == "rw":
+            syscalls.mount(target, target, None, syscalls.MS_BIND | syscalls.MS_REC)
+            syscalls.mount_setattr(path, clear_flags=syscalls.MOUNT_ATTR_RDONLY, recursive=True)
+            # Mounts below that the host itself has read-only stay read-only.
+            for point in host_readonly:
+                if point.startswith(path.rstrip("/") + "/"):
+                    _set_readonly(point)
+        elif op == "ro":
+            syscalls.mount(target, target, None, syscalls.MS_BIND | syscalls.MS_REC)
+            syscalls.mount_setattr(path, set_flags=syscalls.MOUNT_ATTR_RDONLY, recursive=True)
+        elif op == "mask_dir":
+            flags = syscalls.MS_RDONLY | syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
+            syscalls.mount("tmpfs", target, "tmpfs", flags, "mode=000,size=4k")
+        elif op == "mask_file":
+            assert empty_file is not None
+            syscalls.mount(empty_file, target, None, syscalls.MS_BIND)
+            syscalls.mount_setattr(path, set_flags=syscalls.MOUNT_ATTR_RDONLY)
+        else:
+            raise OSError(errno.EINVAL, f"unknown mount operation {op}")
+    finally:
+        os.close(fd)
+
+
+def _set_readonly(point: str) -> None:
+    try:
+        syscalls.mount_setattr(point, set_flags=syscalls.MOUNT_ATTR_RDONLY)
+    except OSError as exc:
+        if exc.errno not in _IGNORED_ON_MISSING:
+            raise
+
+
+# --- the command process --------------------------------------------------------------------
+
+
+def _exec_confined(payload: dict[str, Any], ctx: Any) -> None:
+    """In the process that becomes the command: confine it just before ``execve``."""
+    for signum in _FORWARDED:
+        signal.signal(signum, signal.SIG_DFL)
+
+    def confine() -> None:
+        ctx.run("no_new_privs", syscalls.set_no_new_privs)
+        rules = payload.get("landlock")
+        if rules:
+            ctx.run("landlock", lambda: _apply_landlock(rules))
+        ctx.run("capabilities", syscalls.drop_capabilities)
+        program = payload.get("seccomp")
+        if program:
+            ctx.run("seccomp", lambda: syscalls.load_seccomp(program))
+
+    ctx.before_exec = confine
+    ctx.exec()
+
+
+def _apply_landlock(rules: dict[str, Any]) -> None:
+    ruleset = landlock.Ruleset(rules["fs"], rules["net"], rules["scoped"])
+    try:
+        for path, rights in rules["grants"]:
+            try:
+                ruleset.allow_path(path, rights)
+            except FileNotFoundError:
+                continue  # granting less than asked is safe; the path vanished since planning
+    except BaseException:
+        ruleset.close()
+        raise
+    ruleset.restrict_self()

@@ -1,0 +1,175 @@
+"""Rule set -> what the launcher does on this host: mounts, Landlock grants, placeholders (pure).
+
+Two layers enforce the filesystem rules, each doing what it can express:
+
+* **Landlock** grants read or full rights on the allowed trees. It cannot narrow inside a
+  granted tree, so a read-only ``.git`` inside a writable workspace, or a denied directory
+  inside a readable ``/``, needs the mount layer.
+* **Mounts** (in a private mount namespace): everything read-only, writable roots bound
+  read-write, read-only carve-outs bound read-only, denied directories masked with an empty
+  mode-000 tmpfs, denied files with an empty mode-000 file, placeholders for protected names
+  that do not exist yet, a fresh ``/proc`` and a private ``/dev/shm``.
+
+The launcher applies the mounts first, then Landlock; either layer alone would still stop
+what it can express. Without namespaces, the plan has no mounts, and the core refuses any
+rule set that needs them (``Feature.CARVE_OUT``, ``Feature.MISSING_PATH_PROTECTION``).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+
+from executor.errors import SandboxUnavailable
+from executor.sandbox.intent import Access, NetworkMode
+from executor.sandbox.rules import PathKind, PathRule, RuleOrigin, RuleSet
+from executor_linux import landlock
+
+__all__ = ["DEVICE_GRANTS", "LandlockPlan", "MountPlan", "landlock_plan", "mount_plan"]
+
+_RW_FILE = landlock.READ_FILE | landlock.WRITE_FILE | landlock.TRUNCATE
+_R_FILE = landlock.READ_FILE
+#: Devices every command needs, whatever the profile (granted to Landlock when they exist).
+DEVICE_GRANTS: tuple[tuple[str, int], ...] = (
+    ("/dev/null", _RW_FILE),
+    ("/dev/zero", _R_FILE),
+    ("/dev/full", _RW_FILE),
+    ("/dev/random", _R_FILE),
+    ("/dev/urandom", _R_FILE),
+    ("/dev/tty", _RW_FILE),
+    ("/dev/ptmx", _RW_FILE),
+    ("/dev/pts", _RW_FILE | landlock.READ_DIR),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MountPlan:
+    """Mount operations, in order, and the host placeholders they need."""
+
+    #: Make every existing mount read-only first (the root is not writable).
+    readonly_root: bool
+    #: ``(op, path)`` with op one of ``rw``, ``ro``, ``mask_dir``, ``mask_file``.
+    operations: tuple[tuple[str, str], ...]
+    #: Directories the daemon creates on the host before launch (and removes after).
+    placeholders: tuple[str, ...] = ()
+    private_shm: bool = True
+
+    def to_payload(self) -> dict[str, object]:
+        """Builtins only: this crosses into the launcher."""
+        return {
+            "readonly_root": self.readonly_root,
+            "operations": [list(op) for op in self.operations],
+            "private_shm": self.private_shm,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LandlockPlan:
+    """A Landlock ruleset: handled rights, scopes, and the grants."""
+
+    abi: int
+    fs: int
+    net: int
+    scoped: int
+    grants: tuple[tuple[str, int], ...] = field(default=())
+
+    def to_payload(self) -> dict[str, object]:
+        """Builtins only: this crosses into the launcher."""
+        return {"fs": self.fs, "net": self.net, "scoped": self.scoped, "grants": [list(g) for g in self.grants]}
+
+    def describe(self) -> str:
+        """What this ruleset enforces, for reports."""
+        parts = []
+        if self.fs:
+            parts.append("filesystem")
+        if self.net:
+            parts.append("tcp")
+        if self.scoped & landlock.SCOPE_SIGNAL:
+            parts.append("signal-scope")
+        if self.scoped & landlock.SCOPE_ABSTRACT_UNIX_SOCKET:
+            parts.append("abstract-unix-scope")
+        return f"abi {self.abi}: " + ", ".join(parts)
+
+
+def _parent_access(rules: RuleSet, rule: PathRule) -> Access:
+    parent = rules.parent_rule(rule)
+    return Access.DENY if parent is None else parent.access
+
+
+def _depth_order(rules: RuleSet) -> list[PathRule]:
+    ordered = sorted(rules.rules, key=lambda r: (0 if r.path == "/" else r.path.count("/"), r.path))
+    # The executor's own state is hidden last: the staging area for masks lives inside it.
+    return [r for r in ordered if r.origin is not RuleOrigin.EXECUTOR_STATE] + [
+        r for r in ordered if r.origin is RuleOrigin.EXECUTOR_STATE
+    ]
+
+
+def mount_plan(rules: RuleSet) -> MountPlan:
+    """The mounts that enforce ``rules`` in a private mount namespace."""
+    operations: list[tuple[str, str]] = []
+    placeholders: list[str] = []
+    for rule in _depth_order(rules):
+        if rule.path == "/":
+            continue
+        parent = _parent_access(rules, rule)
+        _check_reachable(rules, rule, parent)
+        missing = rule.kind is PathKind.MISSING
+        if rule.access is Access.WRITE and not missing:
+            operations.append(("rw", rule.path))
+        elif rule.access is Access.READ and parent is Access.WRITE:
+            if missing:
+                placeholders.append(rule.path)
+            operations.append(("ro", rule.path))
+        elif rule.access is Access.DENY and parent is not Access.DENY:
+            if missing:
+                if parent is not Access.WRITE:
+                    continue  # a read-only parent cannot gain it anyway
+                placeholders.append(rule.path)
+            op = "mask_file" if rule.kind in (PathKind.FILE, PathKind.OTHER) else "mask_dir"
+            operations.append((op, rule.path))
+    return MountPlan(
+        readonly_root=rules.access_of("/") is not Access.WRITE,
+        operations=tuple(operations),
+        placeholders=tuple(placeholders),
+        private_shm=rules.access_of("/dev/shm") is not Access.WRITE,
+    )
+
+
+def _check_reachable(rules: RuleSet, rule: PathRule, parent: Access) -> None:
+    """A grant inside a masked directory cannot be bound back in; refuse rather than drop it."""
+    if rule.access is Access.DENY or parent is not Access.DENY:
+        return
+    ancestor = rules.parent_rule(rule)
+    if ancestor is not None and _parent_access(rules, ancestor) is not Access.DENY:
+        raise SandboxUnavailable(
+            f"the linux backend cannot grant {rule.path} inside the denied directory {ancestor.path}"
+        )
+
+
+def landlock_plan(rules: RuleSet, abi: int, *, private_shm: bool) -> LandlockPlan | None:
+    """The Landlock ruleset for ``rules`` at ``abi`` (None when there is nothing to handle)."""
+    fs = landlock.fs_rights(abi) if rules.filesystem_restricted else 0
+    restricted = rules.network is NetworkMode.RESTRICTED
+    net = landlock.NET_BIND_TCP | landlock.NET_CONNECT_TCP if restricted and abi >= 4 else 0
+    scoped = 0
+    if abi >= 6:
+        scoped = landlock.SCOPE_SIGNAL | (landlock.SCOPE_ABSTRACT_UNIX_SOCKET if restricted else 0)
+    if not (fs or net or scoped):
+        return None
+    grants: list[tuple[str, int]] = []
+    if fs:
+        for rule in rules.rules:
+            if rule.access is Access.DENY or rule.kind is PathKind.MISSING:
+                continue
+            if _parent_access(rules, rule) is Access.WRITE:
+                continue  # Landlock cannot narrow; the mount layer makes it read-only
+            grants.append((rule.path, fs if rule.access is Access.WRITE else landlock.ACCESS_FS_READ))
+        grants.extend(DEVICE_GRANTS)
+        if private_shm:
+            grants.append(("/dev/shm", fs))
+    return LandlockPlan(abi=abi, fs=fs, net=net, scoped=scoped, grants=tuple(grants))
+
+
+def staging_dir(state_dir: str) -> str:
+    """Where the launcher mounts its private staging tmpfs (inside the hidden state dir)."""
+    return posixpath.join(state_dir, "staging")

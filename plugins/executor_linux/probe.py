@@ -1,0 +1,85 @@
+"""What the Linux sandbox layers can do on this host, probed once per daemon."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from executor_linux import landlock, seccomp_policy
+
+__all__ = ["LAYER_SWITCH_ENV", "HostSupport", "host_support"]
+
+#: ``EXECUTOR_LINUX_NAMESPACES=off`` / ``EXECUTOR_LINUX_LANDLOCK=off`` switch a layer off, to
+#: see (and test) what the others enforce alone; the core then refuses what they cannot.
+LAYER_SWITCH_ENV = {"namespaces": "EXECUTOR_LINUX_NAMESPACES", "landlock": "EXECUTOR_LINUX_LANDLOCK"}
+_NSPROBE = Path(__file__).with_name("nsprobe.py")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostSupport:
+    """Each layer: usable here, or the reason it is not."""
+
+    landlock_abi: int
+    landlock_reason: str
+    namespaces: bool
+    namespaces_reason: str
+    user_namespace: bool
+    fresh_proc: bool
+    seccomp_reason: str
+
+    @property
+    def seccomp(self) -> bool:
+        """Seccomp filters can be built and loaded."""
+        return not self.seccomp_reason
+
+
+def _switched_off(layer: str) -> str:
+    name = LAYER_SWITCH_ENV[layer]
+    return f"disabled by {name}=off" if os.environ.get(name, "").lower() in ("off", "0", "no") else ""
+
+
+def _probe_namespaces() -> tuple[bool, str, bool]:
+    off = _switched_off("namespaces")
+    if off:
+        return False, off, False
+    try:
+        result = subprocess.run(
+            [sys.executable, "-I", "-S", str(_NSPROBE)],
+            capture_output=True, text=True, timeout=20, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"namespace probe failed: {exc}", False
+    line = result.stdout.strip()
+    if line.startswith("ok"):
+        return True, "", line == "ok proc"
+    reason = line.removeprefix("fail ").strip() or result.stderr.strip()[-200:] or "unknown"
+    who = "unprivileged user namespaces" if os.getuid() != 0 else "mount/PID namespaces"
+    return False, f"{who} are not available here: {reason}", False
+
+
+def _probe_landlock() -> tuple[int, str]:
+    off = _switched_off("landlock")
+    if off:
+        return 0, off
+    abi = landlock.abi_version()
+    return abi, "" if abi else "Landlock is not enabled in this kernel (needs 5.13+ and lsm=landlock)"
+
+
+@cache
+def host_support() -> HostSupport:
+    """Probe every layer (once)."""
+    abi, landlock_reason = _probe_landlock()
+    namespaces, ns_reason, proc = _probe_namespaces()
+    return HostSupport(
+        landlock_abi=abi,
+        landlock_reason=landlock_reason,
+        namespaces=namespaces,
+        namespaces_reason=ns_reason,
+        user_namespace=os.getuid() != 0,
+        fresh_proc=proc,
+        seccomp_reason=seccomp_policy.available() or "",
+    )
