@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 
 from executor import __version__
 from executor.daemon import DaemonConfig
-from executor.errors import ConfigError
+from executor.errors import ConfigError, ExecutorError
 from executor.logs import configure_logging
 from executor.process import ProcessLimits
 from executor.transports.websocket import WebSocketOptions
@@ -43,6 +44,10 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument("--listen", default=DEFAULT_LISTEN, help="ws://IP:PORT (port 0 picks a free port), stdio or stdio://")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--log-format", default="text", choices=["text", "json"])
+    serve.add_argument("--state-dir", metavar="DIR",
+                       help="private state directory, hidden from every sandbox (default: $EXECUTOR_STATE_DIR, $XDG_RUNTIME_DIR/executor-UID or /tmp/executor-UID)")
+    serve.add_argument("--block-plugin", action="append", default=[], metavar="NAME",
+                       help="do not load this sandbox plugin (also EXECUTOR_BLOCK_PLUGINS=a,b)")
     limits = serve.add_argument_group("sessions and processes")
     limits.add_argument("--session-ttl", type=_positive, default=80.0, metavar="SECONDS",
                         help="how long a detached session (and its processes) waits to be resumed; 80 s like the reference, long enough to ride out a laptop's Wi-Fi reconnect")
@@ -63,6 +68,41 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ws.add_argument("--close-timeout", type=_positive, default=2.0, metavar="SECONDS")
 
 
+def _add_workspace(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workspace", action="append", metavar="DIR",
+                        help="a workspace root (what :workspace_roots binds to); repeatable")
+    parser.add_argument("--cwd", metavar="DIR", help="policy and command directory (default: the first workspace, else the current directory)")
+
+
+def _add_policy_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    profile = commands.add_parser("profile", help="list, check and explain sandbox profiles",
+                                  description="Sandbox profiles for policy authors (sandbox_profiles/*.toml).")
+    actions = profile.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions.add_parser("list", help="every profile with its description")
+    check = actions.add_parser("check", help="validate a profile file")
+    check.add_argument("file", help="path to a profile .toml file")
+    explain = actions.add_parser("explain", help="the materialized rules of a profile on this host")
+    explain.add_argument("name", help="profile name (see `executor profile list`)")
+    _add_workspace(explain)
+    explain.add_argument("--network", choices=["on", "off"], help="override the profile's network setting")
+
+    run = commands.add_parser(
+        "run", help="run a command locally under a profile, exactly as the daemon would",
+        description="Run ARGV under a sandbox profile. The exit code is the command's; when the "
+        "sandbox denied something, one line on stderr says so.",
+    )
+    run.add_argument("--profile", required=True, help="profile name (see `executor profile list`)")
+    _add_workspace(run)
+    run.add_argument("--network", choices=["on", "off"], help="override the profile's network setting")
+    run.add_argument("--verbose", "-v", action="store_true", help="print what is enforced before running")
+    run.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
+
+    commands.add_parser("backends", help="discovered sandbox backends and what each enforces here")
+    doctor = commands.add_parser("doctor", help="host facts; can each shipped profile be enforced here?",
+                                 description="Exits non-zero when a shipped profile cannot be fully enforced.")
+    doctor.add_argument("--workspace", action="append", metavar="DIR", help="workspace to evaluate profiles against")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
     parser = argparse.ArgumentParser(
@@ -72,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"executor {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(commands)
+    _add_policy_commands(commands)
     return parser
 
 
@@ -80,7 +121,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level, args.log_format)
     address = parse_listen(args.listen)
+    if args.state_dir:
+        os.environ["EXECUTOR_STATE_DIR"] = os.path.realpath(args.state_dir)
     config = DaemonConfig(
+        blocked_plugins=tuple(args.block_plugin),
         session_ttl=args.session_ttl,
         process=ProcessLimits(
             retained_bytes=args.retained_output_bytes,
@@ -108,12 +152,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    from executor import commands
+
+    handlers = {
+        "serve": _serve,
+        "run": commands.run,
+        "backends": commands.backends,
+        "doctor": commands.doctor,
+    }
+    if args.command == "profile":
+        handlers["profile"] = {
+            "list": commands.profile_list,
+            "check": commands.profile_check,
+            "explain": commands.profile_explain,
+        }[args.action]
     try:
-        if args.command == "serve":
-            return _serve(args)
+        if args.command in handlers:
+            return handlers[args.command](args)
     except ConfigError as exc:
         print(f"executor: {exc.message}", file=sys.stderr)
         return 2
+    except ExecutorError as exc:
+        print(f"executor: {exc.message}", file=sys.stderr)
+        return 125 if args.command == "run" else 1
     except KeyboardInterrupt:
         return 130
     parser.error(f"unknown command {args.command}")

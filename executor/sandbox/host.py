@@ -26,7 +26,14 @@ def minimal_paths(platform: str = sys.platform) -> tuple[str, ...]:
 
 
 def state_directory() -> str:
-    """The executor's private state directory (hidden from every sandbox)."""
+    """The executor's private state directory (hidden from every sandbox).
+
+    ``EXECUTOR_STATE_DIR`` if set, else ``$XDG_RUNTIME_DIR/executor-<uid>``, else
+    ``/tmp/executor-<uid>``.
+    """
+    explicit = os.environ.get("EXECUTOR_STATE_DIR")
+    if explicit and os.path.isabs(explicit):
+        return os.path.realpath(explicit)
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     base = runtime if runtime and os.path.isabs(runtime) else "/tmp"
     return os.path.join(base, f"executor-{os.getuid()}")

@@ -76,7 +76,8 @@ class LinuxBackend:
                 f"and the linux backend cannot use one here ({why})"
             )
         restricted = rules.network is NetworkMode.RESTRICTED
-        payload: dict[str, object] = {"seccomp": seccomp_policy.compile_filter(restricted)}
+        lock_metadata = rules.filesystem_restricted and not use_namespaces
+        payload: dict[str, object] = {"seccomp": seccomp_policy.compile_filter(restricted, lock_metadata)}
         layers: list[str] = []
         release = None
         mounts = plan.mount_plan(rules) if use_namespaces and rules.filesystem_restricted else None
@@ -107,7 +108,8 @@ class LinuxBackend:
         elif rules.filesystem_restricted and not use_namespaces:
             raise SandboxUnavailable("no layer can restrict the filesystem here")
         layers.append("capabilities-dropped")
-        layers.append("seccomp(network-off)" if restricted else "seccomp")
+        seccomp_modes = [mode for mode, on in (("network-off", restricted), ("metadata-locked", lock_metadata)) if on]
+        layers.append(f"seccomp({','.join(seccomp_modes)})" if seccomp_modes else "seccomp")
         return LaunchPlan(
             sandbox_type=SandboxType.LINUX_SECCOMP,
             executable=command.executable,

@@ -19,6 +19,12 @@ over IP, not to a host Unix socket (pathname or abstract). Unlike the reference 
 ``sendto``/``sendmsg``/``getsockopt``/... : on the only sockets that can exist (socketpairs and
 unconnected stream sockets) they cannot reach anything outside, and socketpair traffic works.
 ``AF_UNIX`` datagram sockets are refused because ``sendto`` could address a host socket.
+
+Metadata locked (only when no mount namespace backs the filesystem rules): Landlock does not
+govern ``chmod``, ``chown``, ``utime`` or extended attributes, so without read-only mounts
+these calls are refused everywhere — also inside writable roots, which is stricter than the
+profile asks but never weaker. ``utimensat`` with no times (``touch``) stays allowed; it can
+only set a file's times to "now".
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import tempfile
 from functools import cache
 from typing import Any
 
-__all__ = ["ALWAYS_DENIED", "NETWORK_DENIED", "compile_filter"]
+__all__ = ["ALWAYS_DENIED", "METADATA_DENIED", "NETWORK_DENIED", "compile_filter"]
 
 ALWAYS_DENIED = (
     "ptrace", "process_vm_readv", "process_vm_writev",
@@ -43,6 +49,11 @@ ALWAYS_DENIED = (
     "acct", "reboot", "sethostname", "setdomainname", "syslog", "iopl", "ioperm",
 )  # fmt: skip
 NETWORK_DENIED = ("connect", "bind", "listen", "accept", "accept4")
+METADATA_DENIED = (
+    "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
+    "utime", "utimes", "futimesat", "setxattr", "lsetxattr", "fsetxattr", "setxattrat",
+    "removexattr", "lremovexattr", "fremovexattr", "removexattrat",
+)  # fmt: skip
 _NAMESPACE_FLAGS = (
     0x00020000,  # CLONE_NEWNS
     0x02000000,  # CLONE_NEWCGROUP
@@ -87,8 +98,8 @@ def _import_pyseccomp() -> Any:
 
 
 @cache
-def compile_filter(network_restricted: bool) -> bytes:
-    """The raw BPF program for the network mode (built once per daemon)."""
+def compile_filter(network_restricted: bool, lock_metadata: bool = False) -> bytes:
+    """The raw BPF program for the network mode (built once per daemon and variant)."""
     seccomp = _import_pyseccomp()  # imported late: it costs ~20 ms and only the daemon needs it
 
     f = seccomp.SyscallFilter(seccomp.ALLOW)
@@ -110,6 +121,10 @@ def compile_filter(network_restricted: bool) -> bytes:
             seccomp.Arg(1, seccomp.MASKED_EQ, _SOCK_TYPE_MASK, socket.SOCK_DGRAM),
         )  # fmt: skip
         _deny(f, seccomp, "socketpair", seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
+    if lock_metadata:
+        for name in METADATA_DENIED:
+            _deny(f, seccomp, name)
+        _deny(f, seccomp, "utimensat", seccomp.Arg(2, seccomp.NE, 0))
     with tempfile.TemporaryFile() as handle:
         f.export_bpf(handle)
         handle.seek(0)

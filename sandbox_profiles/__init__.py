@@ -1,0 +1,1 @@
+"""The sandbox profiles shipped with the executor (data files; see executor.sandbox.profiles)."""

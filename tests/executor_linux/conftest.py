@@ -1,0 +1,240 @@
+"""Fixtures for the Linux backend: a scene of targets the escape probes aim at, and drivers.
+
+The scene lives outside /tmp (the ``workspace`` profile may write /tmp): a workspace with a
+git directory, a directory "outside" it, a secret in the executor's (test-private) state
+directory, TCP/UDP/Unix listeners and a victim process. The daemon and ``executor run`` are
+started inside a private UTS and mount namespace, so that a probe that changes the hostname
+or mounts something could only ever change that namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.client import WsClient, output_of
+from tests.support.daemon import executor_command
+from tests.support.enforcement import skip_unless
+
+PROBE = Path(__file__).with_name("escape_probe.py")
+PRIVATE_NS = ["unshare", "--uts", "--mount", "--propagation", "private", "--"]
+
+
+def linux_sandbox_available() -> bool:
+    """Landlock and namespaces both work here (root, or unprivileged user namespaces)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    from executor_linux.probe import host_support
+
+    support = host_support()
+    return bool(support.landlock_abi and support.namespaces and support.seccomp)
+
+
+@pytest.fixture(scope="module")
+def require_linux_sandbox() -> None:
+    """Enforcement tests run for real; on CI a missing layer fails instead of skipping."""
+    skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
+    skip_unless(shutil.which("unshare") is not None, "util-linux unshare is needed")
+
+
+@dataclass
+class Scene:
+    """Everything the probes target, all created by the test."""
+
+    root: Path
+    workspace: Path
+    outside: Path
+    state_dir: Path
+    secret: Path
+    listeners: dict[str, Any] = field(default_factory=dict)
+    victim: subprocess.Popen[bytes] | None = None
+    peer: subprocess.Popen[bytes] | None = None
+    shm_name: str = ""
+
+    def config(self, *, workspace_writable: bool) -> dict[str, Any]:
+        """The probe configuration."""
+        assert self.victim is not None
+        return {
+            "workspace": str(self.workspace),
+            "outside": str(self.outside),
+            "workspace_writable": workspace_writable,
+            "denied_file": str(self.secret),
+            "tcp_port": self.listeners["tcp"].getsockname()[1],
+            "udp_port": self.listeners["udp"].getsockname()[1],
+            "unix_path": self.listeners["unix_path"].getsockname(),
+            "unix_abstract": "@" + self.listeners["unix_abstract"].getsockname()[1:].decode(),
+            "victim_pid": self.victim.pid,
+            "peer_pid": self.peer.pid if self.peer is not None else 0,
+            "shm_name": self.shm_name,
+            "private_uts": True,
+            "private_mounts": True,
+        }
+
+    def env(self) -> dict[str, str]:
+        """Environment of the daemon or ``executor run``: a test-private state directory."""
+        return {**os.environ, "EXECUTOR_STATE_DIR": str(self.state_dir)}
+
+    def pending_connections(self) -> list[str]:
+        """Listeners that received anything from the sandbox (must stay empty)."""
+        hits = []
+        for name in ("tcp", "unix_path", "unix_abstract"):
+            sock = self.listeners[name]
+            sock.setblocking(False)
+            try:
+                conn, _ = sock.accept()
+                conn.close()
+                hits.append(name)
+            except BlockingIOError:
+                pass
+        udp = self.listeners["udp"]
+        udp.setblocking(False)
+        try:
+            udp.recv(64)
+            hits.append("udp")
+        except BlockingIOError:
+            pass
+        return hits
+
+
+def _listeners(root: Path) -> dict[str, Any]:
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen()
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    unix_path = socket.socket(socket.AF_UNIX)
+    unix_path.bind(str(root / "host.sock"))
+    unix_path.listen()
+    unix_abstract = socket.socket(socket.AF_UNIX)
+    unix_abstract.bind("\0executor-test-" + secrets.token_hex(6))
+    unix_abstract.listen()
+    return {"tcp": tcp, "udp": udp, "unix_path": unix_path, "unix_abstract": unix_abstract}
+
+
+def build_scene() -> Scene:
+    """Create the targets (outside /tmp, which the workspace profile may write)."""
+    root = Path(tempfile.mkdtemp(prefix="executor-escapes-", dir="/var/tmp")).resolve()
+    workspace, outside, state = root / "workspace", root / "outside", root / "state"
+    for directory in (workspace / "sub", workspace / ".git" / "hooks", outside, state):
+        directory.mkdir(parents=True)
+    (workspace / ".git" / "config").write_text("[core]\n")
+    (workspace / "seed.txt").write_text("seed\n")
+    (workspace / "movable.txt").write_text("movable\n")
+    (workspace / "link-out").symlink_to(outside)
+    (outside / "seed.txt").write_text("outside seed\n")
+    (outside / "meta.txt").write_text("metadata target\n")
+    os.chmod(outside / "meta.txt", 0o644)
+    secret = state / "secret.txt"
+    secret.write_text("executor state\n")
+    # Two host processes: one the probes try to signal, one whose environ/root they try to read.
+    victim = subprocess.Popen(["sleep", "600"])
+    peer = subprocess.Popen(["sleep", "600"], env={"SECRET_MARKER": "peer-secret"})
+    scene = Scene(root, workspace, outside, state, secret, _listeners(root), victim, peer)
+    scene.shm_name = "executor-test-" + secrets.token_hex(6)
+    return scene
+
+
+def destroy_scene(scene: Scene) -> None:
+    """Stop the victim, close listeners, remove every file."""
+    for process in (scene.victim, scene.peer):
+        if process is not None:
+            process.kill()
+            process.wait()
+    for sock in scene.listeners.values():
+        sock.close()
+    shutil.rmtree(scene.root, ignore_errors=True)
+    Path("/dev/shm", scene.shm_name).unlink(missing_ok=True)
+
+
+@pytest.fixture
+def scene(require_linux_sandbox: None) -> Iterator[Scene]:
+    """A fresh scene per test (probes change the workspace)."""
+    built = build_scene()
+    yield built
+    destroy_scene(built)
+
+
+def run_cli(
+    scene: Scene, profile: str, argv: list[str], *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """``executor run`` inside a private UTS+mount namespace."""
+    return subprocess.run(
+        [*PRIVATE_NS, *executor_command(), "run", "--profile", profile, "--workspace", str(scene.workspace), *extra, "--", *argv],
+        capture_output=True, text=True, env=scene.env(), cwd=scene.workspace, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def probe_cli(scene: Scene, profile: str) -> dict[str, dict[str, str]]:
+    """Run the escape probe through ``executor run``."""
+    cfg = scene.config(workspace_writable=profile != "read-only")
+    result = run_cli(scene, profile, ["python3", str(PROBE), json.dumps(cfg)])
+    assert result.stdout, f"probe printed nothing: {result.stderr}"
+    report: dict[str, dict[str, str]] = json.loads(result.stdout)
+    return report
+
+
+class WrappedDaemon:
+    """A daemon started inside a private UTS+mount namespace."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [*PRIVATE_NS, *executor_command(), "serve", "--listen", "ws://127.0.0.1:0"],
+            stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        self.url = self.process.stdout.readline().decode().strip()
+        assert self.url.startswith("ws://"), self.url
+
+    def session(self) -> WsClient:
+        """A connection that completed the handshake."""
+        client = WsClient(self.url)
+        client.initialize("escape-tests")
+        return client
+
+    def stop(self) -> None:
+        """SIGTERM and wait."""
+        self.process.terminate()
+        self.process.wait(timeout=20)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+        self.log.close()
+
+
+def sandbox_context(scene: Scene, profile: str) -> dict[str, Any]:
+    """The wire ``sandbox`` object of a shipped profile for the scene's workspace."""
+    from executor.sandbox.profiles import default_library
+
+    ws = str(scene.workspace)
+    return default_library().get(profile).wire_context(workspace_roots=(ws,), cwd=ws)
+
+
+def probe_daemon(scene: Scene, profile: str, daemon: WrappedDaemon) -> dict[str, dict[str, str]]:
+    """Run the escape probe through the daemon, over the wire."""
+    cfg = scene.config(workspace_writable=profile != "read-only")
+    with daemon.session() as client:
+        result, events = client.run(
+            "probe",
+            ["python3", str(PROBE), json.dumps(cfg)],
+            cwd=f"file://{scene.workspace}",
+            env={"PATH": "/usr/bin:/bin", "HOME": "/root"},
+            sandbox=sandbox_context(scene, profile),
+            timeout=60,
+        )
+    assert result["sandboxType"] == "linuxSeccomp"
+    stdout = output_of(events, "stdout")
+    assert stdout, f"probe printed nothing: {output_of(events, 'stderr')!r}"
+    report: dict[str, dict[str, str]] = json.loads(stdout)
+    return report

@@ -1,0 +1,125 @@
+"""The escape catalog: every escape is denied AND its allowed counterpart works.
+
+Run for the shipped ``read-only`` and ``workspace`` profiles, through ``executor run`` and
+through the daemon over the wire, under real Landlock, seccomp and namespaces. Each case also
+checks the host: no file appeared outside, no listener was reached, the victim lives.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.executor_linux.conftest import (
+    Scene,
+    WrappedDaemon,
+    build_scene,
+    destroy_scene,
+    linux_sandbox_available,
+    probe_cli,
+    probe_daemon,
+)
+from tests.support.enforcement import skip_unless
+
+pytestmark = pytest.mark.enforcement
+
+PROFILES = ["read-only", "workspace"]
+DRIVERS = ["executor-run", "daemon"]
+
+# probe name -> what must hold on the host afterwards (beyond "escape failed, allowed worked")
+HOST_CHECKS: dict[str, Callable[[Scene], bool]] = {
+    "write_outside": lambda s: not (s.outside / "new.txt").exists(),
+    "overwrite_outside": lambda s: (s.outside / "seed.txt").read_text() == "outside seed\n",
+    "dotdot": lambda s: not (s.outside / "dotdot.txt").exists(),
+    "symlink_out": lambda s: not (s.outside / "via-link.txt").exists(),
+    "create_symlink": lambda s: not (s.outside / "f.txt").exists(),
+    "hardlink_in": lambda s: not (s.workspace / "hardlink.txt").exists(),
+    "rename_out": lambda s: not (s.outside / "moved-out.txt").exists(),
+    "rename_in": lambda s: (
+        (s.outside / "seed.txt").exists() and not (s.workspace / "moved-in.txt").exists()
+    ),
+    "proc_self_root": lambda s: not (s.outside / "proc-self.txt").exists(),
+    "proc_1_root": lambda s: not (s.outside / "proc-1.txt").exists(),
+    "proc_pid_root": lambda s: not (s.outside / "proc-pid.txt").exists(),
+    "chmod": lambda s: (s.outside / "meta.txt").stat().st_mode & 0o777 == 0o644,
+    "chown": lambda s: (s.outside / "meta.txt").stat().st_uid == os.getuid(),
+    "utime": lambda s: (s.outside / "meta.txt").stat().st_mtime > 0,
+    "setxattr": lambda s: "user.escaped" not in os.listxattr(s.outside / "meta.txt"),
+    "git_write": lambda s: (s.workspace / ".git" / "config").read_text() == "[core]\n",
+    "git_hooks": lambda s: not (s.workspace / ".git" / "hooks" / "pre-commit").exists(),
+    "mkdir_codex": lambda s: not (s.workspace / ".codex").exists(),
+    "rename_git": lambda s: (
+        (s.workspace / ".git").is_dir() and not (s.workspace / ".git-moved").exists()
+    ),
+    "signal_host": lambda s: s.victim is not None and s.victim.poll() is None,
+    "dev_shm": lambda s: not Path("/dev/shm", s.shm_name).exists(),
+}
+#: Probes whose write may land in a private copy (a per-sandbox tmpfs): the host check decides.
+PRIVATE_COPY = {"dev_shm"}
+PROBES = [
+    "write_outside", "overwrite_outside", "read_denied", "dotdot", "symlink_out", "create_symlink",
+    "hardlink_in", "rename_out", "rename_in", "proc_self_root", "proc_1_root", "proc_pid_root", "chmod", "chown",
+    "utime", "setxattr", "sethostname", "mount", "git_write", "git_hooks", "mkdir_codex",
+    "rename_git", "tcp_connect", "tcp_listen", "udp_send", "unix_pathname", "unix_abstract",
+    "signal_host", "proc_environ", "ptrace", "io_uring", "nested_userns", "dev_shm",
+]  # fmt: skip
+
+
+@pytest.fixture(
+    scope="module",
+    params=[(p, d) for p in PROFILES for d in DRIVERS],
+    ids=lambda v: f"{v[0]}-{v[1]}",
+)
+def outcome(
+    request: pytest.FixtureRequest,
+) -> Iterator[tuple[Scene, dict[str, dict[str, str]], list[str]]]:
+    """One probe run per profile and driver; yields the scene, the report and listener hits."""
+    skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
+    profile, driver = request.param
+    scene = build_scene()
+    daemon = WrappedDaemon(scene.env()) if driver == "daemon" else None
+    try:
+        report = (
+            probe_daemon(scene, profile, daemon)
+            if daemon is not None
+            else probe_cli(scene, profile)
+        )
+        yield scene, report, scene.pending_connections()
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        destroy_scene(scene)
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_escape_is_denied_and_counterpart_works(
+    outcome: tuple[Scene, dict[str, dict[str, str]], list[str]], probe: str
+) -> None:
+    """The escape fails inside the sandbox, the legitimate neighbour succeeds, the host is intact."""
+    scene, report, hits = outcome
+    result = report[probe]
+    if probe not in PRIVATE_COPY:
+        assert result["escape"] != "ok", f"{probe}: the escape succeeded"
+    assert result["allowed"] == "ok", (
+        f"{probe}: the allowed counterpart failed with {result['allowed']}"
+    )
+    check = HOST_CHECKS.get(probe)
+    if check is not None:
+        assert check(scene), f"{probe}: the host was changed"
+
+
+def test_nothing_reached_the_host_listeners(
+    outcome: tuple[Scene, dict[str, dict[str, str]], list[str]],
+) -> None:
+    """No TCP, UDP, pathname or abstract Unix listener of the host heard from the sandbox."""
+    _scene, _report, hits = outcome
+    assert hits == []
+
+
+def test_hostname_is_unchanged(outcome: tuple[Scene, dict[str, dict[str, str]], list[str]]) -> None:
+    """sethostname failed, so the (private) hostname seen inside is not the attacker's."""
+    _scene, report, _hits = outcome
+    assert report["hostname_after"]["escape"] != "escaped"
