@@ -151,7 +151,7 @@ def _status_line(backend: SandboxBackend, status: BackendStatus, selected: Sandb
 def backends(args: argparse.Namespace) -> int:
     """List discovered backends, which one is selected, and what each enforces here."""
     manager = _manager()
-    plugins = [name for name, _ in manager.pm.list_name_plugin() if name != "executor-defaults"]
+    plugins = [name for name, plugin in manager.pm.list_name_plugin() if plugin is not None and name != "executor-defaults"]
     print(f"plugins (entry-point group executor.sandbox): {', '.join(plugins) or 'none'}")
     blocked = blocked_from_env()
     if blocked:

@@ -56,11 +56,21 @@ def build_environment(
     return result
 
 
-def validate_command(argv: tuple[str, ...], env: Mapping[str, str], max_bytes: int) -> None:
-    """Refuse what ``execve`` cannot carry: NUL bytes, ``=`` in names, oversize argv+env."""
+def validate_command(
+    argv: tuple[str, ...], env: Mapping[str, str], max_bytes: int, arg0: str | None = None
+) -> None:
+    """Refuse what ``execve`` cannot carry: NUL bytes, ``=`` in names, oversize argv+env.
+
+    ``arg0`` (the client's override of ``argv[0]``) is checked too: a NUL byte there would
+    otherwise only surface in the forked child, as a command that "started" and exited 127.
+    """
     if not argv:
         raise InvalidParams("argv must not be empty")
     size = 0
+    if arg0 is not None:
+        if "\0" in arg0:
+            raise InvalidParams("arg0 must not contain NUL bytes")
+        size += len(arg0) + 1
     for index, arg in enumerate(argv):
         if "\0" in arg:
             raise InvalidParams(f"argv[{index}] must not contain NUL bytes")

@@ -398,8 +398,12 @@ class ManagedProcess:
         proctree.signal_group(target, signal.SIGINT)
 
     def kill_tree(self, signum: int = signal.SIGKILL) -> bool:
-        """Signal the whole tree; True if the command itself was still running."""
-        if self.pid is None:
+        """Signal the whole tree; True if the command itself was still running.
+
+        Once the supervisor has reported its end (``launch.gone``), every descendant is gone
+        and the pids we hold may already belong to unrelated processes: nothing is signalled.
+        """
+        if self.pid is None or self.launch is None or self.launch.gone.done():
             return False
         was_running = self.running
         proctree.signal_tree(self.pid, self.supervisor, signum)
@@ -472,7 +476,7 @@ class ProcessTable:
                 f"cwd URI `{params.cwd}` is not valid on this exec-server host: {exc.message}"
             ) from None
         env = envpolicy.build_environment(params.env, params.env_policy, self.executor_env)
-        envpolicy.validate_command(params.argv, env, self.limits.max_command_bytes)
+        envpolicy.validate_command(params.argv, env, self.limits.max_command_bytes, params.arg0)
         try:
             executable = envpolicy.find_program(params.argv[0], env, self.executor_env)
         except OSError as exc:
@@ -485,12 +489,18 @@ class ProcessTable:
         if params.process_id in self._processes:
             raise InvalidRequest(f"process {params.process_id} already exists")
         command = self._command(params)
-        confined = self.confinement.confine(params, command)
+        # Limits before confinement: a sandbox plan may hold resources (``release``) that a
+        # refusal after it would leak.
         if self._live >= self.limits.max_per_session:
             raise InvalidRequest(
                 f"this session already runs {self.limits.max_per_session} processes, its limit"
             )
         self.counter.reserve()
+        try:
+            confined = self.confinement.confine(params, command)
+        except BaseException:
+            self.counter.release()
+            raise
         process = ManagedProcess(self, params.process_id, confined)
         self._processes[params.process_id] = process
         self._live += 1

@@ -131,7 +131,12 @@ class SessionRegistry:
         if session.attachment is not attachment or self._sessions.get(session.id) is not session:
             return
         session.attachment = None
-        session._expiry = self._schedule(self.ttl, lambda: self.expire(session))
+        session._expiry = self._schedule(self.ttl, lambda: self._expire_detached(session))
+
+    def _expire_detached(self, session: Session) -> None:
+        # A timer that fires after a resume (cancellation raced it) must not end the session.
+        if session.attachment is None:
+            self.expire(session)
 
     def expire(self, session: Session) -> None:
         """End a session now: it can no longer be resumed, and its resources are closed."""

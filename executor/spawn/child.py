@@ -86,6 +86,8 @@ class ChildContext:
             os.execve(spec.executable, spec.argv, spec.env)
         except OSError as exc:
             self.fail("exec", exc.errno or 0, exc.strerror or "")
+        except ValueError as exc:  # e.g. an embedded NUL: report it rather than exit silently
+            self.fail("exec", 0, str(exc))
 
 
 def prepare_descriptors(stdio: Sequence[int], keep: Sequence[int]) -> None:

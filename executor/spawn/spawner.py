@@ -124,6 +124,10 @@ class Spawner:
                 [sys.executable, "-I", "-S", str(_ZYGOTE), str(theirs.fileno()), str(os.getpid())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
+                # stdout is the protocol channel in stdio mode: the launcher and every
+                # supervisor it forks must neither write to it nor hold it open (the client
+                # sees EOF only when the last holder is gone). Tracebacks still reach stderr.
+                stdout=subprocess.DEVNULL,
                 close_fds=True,
             )
         finally:

@@ -16,6 +16,7 @@ from executor.sandbox import (
     HostInfo,
     LaunchPlan,
     NetworkMode,
+    RuleOrigin,
     RuleSet,
     SandboxType,
 )
@@ -108,6 +109,9 @@ class LinuxBackend:
         elif rules.filesystem_restricted and not use_namespaces:
             raise SandboxUnavailable("no layer can restrict the filesystem here")
         layers.append("capabilities-dropped")
+        details = _details(support)
+        if not use_namespaces and any(r.origin is RuleOrigin.EXECUTOR_STATE for r in rules.rules):
+            details["executor_state"] = "not hidden (no mount namespace; it holds no secrets)"
         seccomp_modes = [mode for mode, on in (("network-off", restricted), ("metadata-locked", lock_metadata)) if on]
         layers.append(f"seccomp({','.join(seccomp_modes)})" if seccomp_modes else "seccomp")
         return LaunchPlan(
@@ -115,7 +119,7 @@ class LinuxBackend:
             executable=command.executable,
             argv=command.argv,
             setup=ChildSetup(module_path=_LAUNCHER, function="run", payload=payload),
-            report=EnforcementReport(layers=tuple(layers), details=_details(support)),
+            report=EnforcementReport(layers=tuple(layers), details=details),
             release=release,
         )
 
