@@ -294,12 +294,14 @@ class ManagedProcess:
             return
         if not self.log.exited or self._readers or self.log.closed:
             return
+        # Release sandbox resources (host placeholders) first: once a client hears `closed`,
+        # nothing of the process may be left on the host.
+        if self.confined.release is not None:
+            self.confined.release()
         seq = self.log.mark_closed()
         self._emit(methods.PROCESS_CLOSED, {"processId": self.process_id, "seq": seq})
         self._wake()
         self._close_stdin()
-        if self.confined.release is not None:
-            self.confined.release()
         self.table.process_closed(self)
 
     def _emit(self, method: str, params: dict[str, Any]) -> None:

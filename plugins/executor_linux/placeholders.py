@@ -63,8 +63,8 @@ class Placeholders:
                 for created in reversed(self._created.pop(path, [])):
                     try:
                         os.rmdir(created)
-                    except OSError:
-                        log.info("placeholder %s is not empty or gone; left as it is", created)
+                    except OSError as exc:
+                        log.info("placeholder %s left as it is: %s", created, exc.strerror)
                         break
 
 

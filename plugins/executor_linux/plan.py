@@ -117,13 +117,15 @@ def mount_plan(rules: RuleSet) -> MountPlan:
         if rule.access is Access.WRITE and not missing:
             operations.append(("rw", rule.path))
         elif rule.access is Access.READ and parent is Access.WRITE:
-            if missing:
-                placeholders.append(rule.path)
+            # Every mount point inside a writable tree goes through the placeholder registry,
+            # existing or not: what "exists" may be another command's placeholder, which must
+            # not be removed while this command still mounts over it.
+            placeholders.append(rule.path)
             operations.append(("ro", rule.path))
         elif rule.access is Access.DENY and parent is not Access.DENY:
-            if missing:
-                if parent is not Access.WRITE:
-                    continue  # a read-only parent cannot gain it anyway
+            if missing and parent is not Access.WRITE:
+                continue  # a read-only parent cannot gain it anyway
+            if parent is Access.WRITE:
                 placeholders.append(rule.path)
             op = "mask_file" if rule.kind in (PathKind.FILE, PathKind.OTHER) else "mask_dir"
             operations.append((op, rule.path))

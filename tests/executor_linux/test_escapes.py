@@ -68,26 +68,34 @@ PROBES = [
 ]  # fmt: skip
 
 
+#: Without namespaces (EXECUTOR_LINUX_NAMESPACES=off: Landlock, seccomp and dropped
+#: capabilities alone) only read-only can be enforced; the executor's state directory is
+#: then not hidden (it holds no secrets), so the probe that reads it is not expected to fail.
+NO_NAMESPACES = ("read-only", "daemon-no-namespaces")
+NOT_ENFORCED_WITHOUT_NAMESPACES = {"read_denied"}
+
+
 @pytest.fixture(
     scope="module",
-    params=[(p, d) for p in PROFILES for d in DRIVERS],
+    params=[*[(p, d) for p in PROFILES for d in DRIVERS], NO_NAMESPACES],
     ids=lambda v: f"{v[0]}-{v[1]}",
 )
 def outcome(
     request: pytest.FixtureRequest,
-) -> Iterator[tuple[Scene, dict[str, dict[str, str]], list[str]]]:
-    """One probe run per profile and driver; yields the scene, the report and listener hits."""
+) -> Iterator[tuple[Scene, dict[str, dict[str, str]], list[str], str]]:
+    """One probe run per profile and driver; yields the scene, report, listener hits, driver."""
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
     profile, driver = request.param
     scene = build_scene()
-    daemon = WrappedDaemon(scene.env()) if driver == "daemon" else None
+    daemon = None
+    if driver.startswith("daemon"):
+        env = scene.env()
+        if driver == "daemon-no-namespaces":
+            env["EXECUTOR_LINUX_NAMESPACES"] = "off"
+        daemon = WrappedDaemon(env)
     try:
-        report = (
-            probe_daemon(scene, profile, daemon)
-            if daemon is not None
-            else probe_cli(scene, profile)
-        )
-        yield scene, report, scene.pending_connections()
+        report = probe_daemon(scene, profile, daemon) if daemon is not None else probe_cli(scene, profile)
+        yield scene, report, scene.pending_connections(), driver
     finally:
         if daemon is not None:
             daemon.stop()
@@ -96,11 +104,15 @@ def outcome(
 
 @pytest.mark.parametrize("probe", PROBES)
 def test_escape_is_denied_and_counterpart_works(
-    outcome: tuple[Scene, dict[str, dict[str, str]], list[str]], probe: str
+    outcome: tuple[Scene, dict[str, dict[str, str]], list[str], str], probe: str
 ) -> None:
     """The escape fails inside the sandbox, the legitimate neighbour succeeds, the host is intact."""
-    scene, report, hits = outcome
+    scene, report, _hits, driver = outcome
     result = report[probe]
+    if driver == "daemon-no-namespaces" and probe in NOT_ENFORCED_WITHOUT_NAMESPACES:
+        # Documented limitation: the state directory is only hidden with a mount namespace.
+        assert result == {"escape": "ok", "allowed": "ok"}
+        return
     if probe not in PRIVATE_COPY:
         assert result["escape"] != "ok", f"{probe}: the escape succeeded"
     assert result["allowed"] == "ok", (
@@ -112,14 +124,14 @@ def test_escape_is_denied_and_counterpart_works(
 
 
 def test_nothing_reached_the_host_listeners(
-    outcome: tuple[Scene, dict[str, dict[str, str]], list[str]],
+    outcome: tuple[Scene, dict[str, dict[str, str]], list[str], str],
 ) -> None:
     """No TCP, UDP, pathname or abstract Unix listener of the host heard from the sandbox."""
-    _scene, _report, hits = outcome
+    _scene, _report, hits, _driver = outcome
     assert hits == []
 
 
-def test_hostname_is_unchanged(outcome: tuple[Scene, dict[str, dict[str, str]], list[str]]) -> None:
+def test_hostname_is_unchanged(outcome: tuple[Scene, dict[str, dict[str, str]], list[str], str]) -> None:
     """sethostname failed, so the (private) hostname seen inside is not the attacker's."""
-    _scene, report, _hits = outcome
+    _scene, report, _hits, _driver = outcome
     assert report["hostname_after"]["escape"] != "escaped"

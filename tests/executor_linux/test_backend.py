@@ -1,0 +1,209 @@
+"""The Linux backend in use: real sandboxed processes over the wire, and its launch errors."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executor.protocol.messages import SandboxType
+from executor.sandbox.api import Command, HostInfo
+from executor.sandbox.intent import Access
+from executor.sandbox.rules import PathKind, PathRule, RuleSet
+from executor.spawn.spawner import LaunchFailed, Spawner
+from executor_linux.backend import LinuxBackend
+from tests.executor_linux.conftest import linux_sandbox_available
+from tests.sandbox.wire import context, managed, special
+from tests.support.client import WsClient, output_of
+from tests.support.daemon import RunningDaemon
+from tests.support.enforcement import skip_unless
+
+pytestmark = pytest.mark.enforcement
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[RunningDaemon]:
+    """One daemon for this module, with a test-private state directory."""
+    skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
+    state = tempfile.mkdtemp(prefix="executor-state-")
+    running = RunningDaemon(env={"EXECUTOR_STATE_DIR": state})
+    yield running
+    running.stop()
+    shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture
+def ws(daemon: RunningDaemon) -> Iterator[Path]:
+    """A workspace outside /tmp (which the workspace profile may write), with an outside dir."""
+    root = Path(tempfile.mkdtemp(prefix="executor-ws-", dir="/var/tmp")).resolve()
+    (root / "workspace").mkdir()
+    (root / "outside").mkdir()
+    yield root / "workspace"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def session(daemon: RunningDaemon) -> Iterator[WsClient]:
+    """A connected, initialized client."""
+    client = daemon.session()
+    yield client
+    client.close()
+
+
+def workspace_sandbox(ws: Path) -> dict[str, Any]:
+    """The captured real-client shape (protocol.md §7.12) for ``ws``."""
+    return context(
+        managed(
+            special("root", "read"),
+            special("project_roots", "write"),
+            special("slash_tmp", "write"),
+            special("tmpdir", "write"),
+            special("project_roots", "read", ".git", skip=True),
+        ),
+        cwd=str(ws),
+        roots=(str(ws),),
+    )
+
+
+def start(client: WsClient, ws: Path, argv: list[str], **extra: Any) -> dict[str, Any]:
+    """Start a sandboxed process in ``ws``."""
+    params = {"processId": extra.pop("process_id", "p"), "argv": argv, "cwd": f"file://{ws}",
+              "env": {"PATH": "/usr/bin:/bin"}, "tty": False, "sandbox": workspace_sandbox(ws), **extra}  # fmt: skip
+    result: dict[str, Any] = client.request("process/start", params)
+    return result
+
+
+def test_real_client_payload_is_enforced_like_the_reference(session: WsClient, ws: Path) -> None:
+    """Inside the workspace works, outside fails read-only, and the exit is sandboxDenied."""
+    outside = ws.parent / "outside" / "x.txt"
+    result = start(session, ws, ["/bin/bash", "-lc", f"echo in > inside.txt; echo out > {outside}"])
+    assert result == {"processId": "p", "sandboxType": SandboxType.LINUX_SECCOMP.value}
+    events = session.process_events("p")
+    exited = next(e["params"] for e in events if e["method"] == "process/exited")
+    assert (ws / "inside.txt").read_text() == "in\n"
+    assert not outside.exists()
+    assert b"Read-only file system" in output_of(events, "stderr")
+    assert exited["exitCode"] != 0 and exited["sandboxDenied"] is True
+    read = session.request("process/read", {"processId": "p"})
+    assert read["sandboxDenied"] is True
+
+
+def test_successful_sandboxed_command_is_not_denied(session: WsClient, ws: Path) -> None:
+    """A sandboxed command that does only allowed things exits 0, sandboxDenied false."""
+    start(session, ws, ["/bin/sh", "-c", "echo ok > f && cat f"])
+    events = session.process_events("p")
+    assert output_of(events, "stdout") == b"ok\n"
+    assert events[-2]["params"] == {"processId": "p", "seq": events[-2]["params"]["seq"], "exitCode": 0, "sandboxDenied": False}
+
+
+def test_pty_works_under_the_sandbox(session: WsClient, ws: Path) -> None:
+    """A terminal inside the sandbox: controlling tty, 24x80, echo, input."""
+    start(session, ws, ["/bin/sh", "-c", "tty; stty size; read x; echo got:$x"], tty=True)
+    session.request("process/write", {"processId": "p", "chunk": base64.b64encode(b"hello\n").decode(), "writeId": "w"})
+    events = session.process_events("p")
+    text = output_of(events, "pty").decode()
+    assert "/dev/pts/" in text and "24 80" in text and "got:hello" in text
+
+
+def test_interrupt_reaches_the_sandboxed_command(session: WsClient, ws: Path) -> None:
+    """process/signal interrupt goes through PID 1 of the sandbox to the command: exit 130."""
+    start(session, ws, ["/bin/sh", "-c", "echo ready; while :; do sleep 0.05; done"])
+    session.notification("process/output")
+    session.request("process/signal", {"processId": "p", "signal": "interrupt"})
+    assert session.process_events("p")[-2]["params"]["exitCode"] == 130
+
+
+def test_terminate_kills_the_sandboxed_tree(session: WsClient, ws: Path) -> None:
+    """process/terminate ends the command and everything it started inside the sandbox."""
+    start(session, ws, ["/bin/sh", "-c", "sleep 300 & sleep 300 & echo started; wait"])
+    session.notification("process/output")
+    assert session.request("process/terminate", {"processId": "p"}) == {"running": True}
+    events = session.process_events("p")
+    assert events[-2]["params"]["exitCode"] == 137
+    assert events[-1]["method"] == "process/closed"
+
+
+def test_exit_codes_and_signal_deaths_are_relayed(session: WsClient, ws: Path) -> None:
+    """The sandbox's init relays the command's exit code, and 128+N for a signal death."""
+    start(session, ws, ["/bin/sh", "-c", "exit 7"], process_id="a")
+    start(session, ws, ["/bin/sh", "-c", "kill -TERM $$"], process_id="b")
+    assert session.process_events("a")[-2]["params"]["exitCode"] == 7
+    assert session.process_events("b")[-2]["params"]["exitCode"] == 143
+
+
+def test_missing_program_is_an_exec_failure_not_a_denial(session: WsClient, ws: Path) -> None:
+    """A sandboxed command that does not exist fails to start (the reference called it denied)."""
+    response = session.call("process/start", {"processId": "m", "argv": ["/no/such/tool"], "cwd": f"file://{ws}",
+                                              "env": {}, "tty": False, "sandbox": workspace_sandbox(ws)})  # fmt: skip
+    assert response["error"] == {"code": -32603, "message": "No such file or directory (os error 2)"}
+
+
+def test_program_hidden_by_the_sandbox_fails_with_the_os_error(session: WsClient, ws: Path) -> None:
+    """A program outside the readable tree cannot be executed: -32603, nothing ran."""
+    tool = ws.parent / "outside" / "tool.sh"
+    tool.write_text("#!/bin/sh\ntouch ran\n")
+    tool.chmod(0o755)
+    sandbox = context(managed(special("minimal", "read"), special("project_roots", "write")), cwd=str(ws), roots=(str(ws),))
+    response = session.call("process/start", {"processId": "h", "argv": [str(tool)], "cwd": f"file://{ws}",
+                                              "env": {}, "tty": False, "sandbox": sandbox})  # fmt: skip
+    assert response["error"]["code"] == -32603
+    assert "Permission denied (os error 13)" in response["error"]["message"]
+    assert not (ws / "ran").exists()
+
+
+def test_missing_protected_names_are_placeholders_only_while_needed(session: WsClient, ws: Path) -> None:
+    """`.codex` cannot be created inside; on the host it exists only while a command runs."""
+    start(session, ws, ["/bin/sh", "-c", "mkdir .codex/x || echo refused; sleep 0.3"])
+    events = session.process_events("p")
+    assert b"refused" in output_of(events)
+    assert not (ws / ".codex").exists()
+    assert not (ws / ".agents").exists()
+
+
+def test_launch_layers_fail_precisely(tmp_path: Path) -> None:
+    """A mount target swapped for a symlink fails the start in the `mounts` layer, naming errno."""
+    skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
+    real = tmp_path / "real"
+    real.mkdir()
+    swapped = tmp_path / "swapped"
+    swapped.symlink_to(real)
+    rules = RuleSet(
+        filesystem_restricted=True,
+        rules=(PathRule("/", Access.READ), PathRule(str(swapped), Access.WRITE, kind=PathKind.DIRECTORY)),
+    )
+    backend = LinuxBackend(state_dir=str(tmp_path / "state"))
+    assert backend.probe(HostInfo.current()).available
+    plan = backend.prepare(rules, Command(executable="/bin/true", argv=("true",), env={}, cwd="/", tty=False))
+
+    async def launch() -> LaunchFailed:
+        spawner = Spawner()
+        try:
+            request = Command(executable=plan.executable, argv=plan.argv, env={}, cwd="/", tty=False, setup=plan.setup)
+            started = spawner.launch(request, (0, 1, 2)).started
+            with pytest.raises(LaunchFailed) as caught:
+                await started
+            return caught.value
+        finally:
+            spawner.close()
+
+    failure = asyncio.run(launch())
+    assert failure.stage == "mounts"
+    assert failure.error == errno.ELOOP
+    assert failure.message.startswith("failed to start the command: mounts: ")
+
+
+def test_fresh_proc_hides_host_processes(session: WsClient, ws: Path) -> None:
+    """Inside the sandbox the command is PID 2 and sees only its own tree."""
+    start(session, ws, ["/bin/sh", "-c", "echo $$; ls /proc | grep -c '^[0-9]'"])
+    out = output_of(session.process_events("p"), "stdout").split()
+    assert out[0] == b"2"
+    assert int(out[1]) <= 4
+    assert os.getpid() > 2
