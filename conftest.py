@@ -17,7 +17,9 @@ from tests.support.daemon import RunningDaemon
 TEST_PLUGINS = Path(__file__).parent / "build" / "test-plugins"
 if TEST_PLUGINS.is_dir():
     sys.path.insert(0, str(TEST_PLUGINS))
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TEST_PLUGINS), os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(TEST_PLUGINS), os.environ.get("PYTHONPATH")])
+    )
 
 
 @pytest.fixture(scope="session")

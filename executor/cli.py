@@ -41,25 +41,63 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Serve the exec-server protocol over WebSocket or stdio.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    serve.add_argument("--listen", default=DEFAULT_LISTEN, help="ws://IP:PORT (port 0 picks a free port), stdio or stdio://")
+    serve.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        help="ws://IP:PORT (port 0 picks a free port), stdio or stdio://",
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--log-format", default="text", choices=["text", "json"])
-    serve.add_argument("--state-dir", metavar="DIR",
-                       help="private state directory, hidden from every sandbox (default: $EXECUTOR_STATE_DIR, $XDG_RUNTIME_DIR/executor-UID or /tmp/executor-UID)")
-    serve.add_argument("--block-plugin", action="append", default=[], metavar="NAME",
-                       help="do not load this sandbox plugin (also EXECUTOR_BLOCK_PLUGINS=a,b)")
+    serve.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="private state directory, hidden from every sandbox (default: $EXECUTOR_STATE_DIR,"
+        " $XDG_RUNTIME_DIR/executor-UID or /tmp/executor-UID)",
+    )
+    serve.add_argument(
+        "--block-plugin",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="do not load this sandbox plugin (also EXECUTOR_BLOCK_PLUGINS=a,b)",
+    )
     limits = serve.add_argument_group("sessions and processes")
-    limits.add_argument("--session-ttl", type=_positive, default=80.0, metavar="SECONDS",
-                        help="how long a detached session (and its processes) waits to be resumed; 80 s like the reference, long enough to ride out a laptop's Wi-Fi reconnect")
-    limits.add_argument("--process-retention", type=_positive, default=80.0, metavar="SECONDS",
-                        help="how long an exited process stays readable before its id can be reused")
-    limits.add_argument("--retained-output-bytes", type=_count, default=1024 * 1024, metavar="BYTES",
-                        help="output kept per process for process/read; oldest chunks are evicted")
+    limits.add_argument(
+        "--session-ttl",
+        type=_positive,
+        default=80.0,
+        metavar="SECONDS",
+        help="how long a detached session (and its processes) waits to be resumed; 80 s like"
+        " the reference, long enough to ride out a laptop's Wi-Fi reconnect",
+    )
+    limits.add_argument(
+        "--process-retention",
+        type=_positive,
+        default=80.0,
+        metavar="SECONDS",
+        help="how long an exited process stays readable before its id can be reused",
+    )
+    limits.add_argument(
+        "--retained-output-bytes",
+        type=_count,
+        default=1024 * 1024,
+        metavar="BYTES",
+        help="output kept per process for process/read; oldest chunks are evicted",
+    )
     limits.add_argument("--max-processes-per-session", type=_count, default=256)
-    limits.add_argument("--max-processes", type=_count, default=1024, help="live processes across all sessions")
-    limits.add_argument("--max-command-bytes", type=_count, default=1024 * 1024, help="argv plus environment")
-    limits.add_argument("--stop-grace", type=_positive, default=2.0, metavar="SECONDS",
-                        help="SIGTERM-to-SIGKILL grace when sessions expire or the daemon stops")
+    limits.add_argument(
+        "--max-processes", type=_count, default=1024, help="live processes across all sessions"
+    )
+    limits.add_argument(
+        "--max-command-bytes", type=_count, default=1024 * 1024, help="argv plus environment"
+    )
+    limits.add_argument(
+        "--stop-grace",
+        type=_positive,
+        default=2.0,
+        metavar="SECONDS",
+        help="SIGTERM-to-SIGKILL grace when sessions expire or the daemon stops",
+    )
     ws = serve.add_argument_group("WebSocket")
     ws.add_argument("--max-frame-bytes", type=_count, default=16 * 1024 * 1024)
     ws.add_argument("--max-message-bytes", type=_count, default=64 * 1024 * 1024 - 1)
@@ -69,14 +107,26 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _add_workspace(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workspace", action="append", metavar="DIR",
-                        help="a workspace root (what :workspace_roots binds to); repeatable")
-    parser.add_argument("--cwd", metavar="DIR", help="policy and command directory (default: the first workspace, else the current directory)")
+    parser.add_argument(
+        "--workspace",
+        action="append",
+        metavar="DIR",
+        help="a workspace root (what :workspace_roots binds to); repeatable",
+    )
+    parser.add_argument(
+        "--cwd",
+        metavar="DIR",
+        help="policy and command directory (default: the first workspace, else the current"
+        " directory)",
+    )
 
 
 def _add_policy_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    profile = commands.add_parser("profile", help="list, check and explain sandbox profiles",
-                                  description="Sandbox profiles for policy authors (sandbox_profiles/*.toml).")
+    profile = commands.add_parser(
+        "profile",
+        help="list, check and explain sandbox profiles",
+        description="Sandbox profiles for policy authors (sandbox_profiles/*.toml).",
+    )
     actions = profile.add_subparsers(dest="action", metavar="ACTION", required=True)
     actions.add_parser("list", help="every profile with its description")
     check = actions.add_parser("check", help="validate a profile file")
@@ -84,23 +134,35 @@ def _add_policy_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     explain = actions.add_parser("explain", help="the materialized rules of a profile on this host")
     explain.add_argument("name", help="profile name (see `executor profile list`)")
     _add_workspace(explain)
-    explain.add_argument("--network", choices=["on", "off"], help="override the profile's network setting")
+    explain.add_argument(
+        "--network", choices=["on", "off"], help="override the profile's network setting"
+    )
 
     run = commands.add_parser(
-        "run", help="run a command locally under a profile, exactly as the daemon would",
+        "run",
+        help="run a command locally under a profile, exactly as the daemon would",
         description="Run ARGV under a sandbox profile. The exit code is the command's; when the "
         "sandbox denied something, one line on stderr says so.",
     )
     run.add_argument("--profile", required=True, help="profile name (see `executor profile list`)")
     _add_workspace(run)
-    run.add_argument("--network", choices=["on", "off"], help="override the profile's network setting")
-    run.add_argument("--verbose", "-v", action="store_true", help="print what is enforced before running")
+    run.add_argument(
+        "--network", choices=["on", "off"], help="override the profile's network setting"
+    )
+    run.add_argument(
+        "--verbose", "-v", action="store_true", help="print what is enforced before running"
+    )
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
 
     commands.add_parser("backends", help="discovered sandbox backends and what each enforces here")
-    doctor = commands.add_parser("doctor", help="host facts; can each shipped profile be enforced here?",
-                                 description="Exits non-zero when a shipped profile cannot be fully enforced.")
-    doctor.add_argument("--workspace", action="append", metavar="DIR", help="workspace to evaluate profiles against")
+    doctor = commands.add_parser(
+        "doctor",
+        help="host facts; can each shipped profile be enforced here?",
+        description="Exits non-zero when a shipped profile cannot be fully enforced.",
+    )
+    doctor.add_argument(
+        "--workspace", action="append", metavar="DIR", help="workspace to evaluate profiles against"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -178,4 +240,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     parser.error(f"unknown command {args.command}")
-    return 2

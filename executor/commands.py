@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from executor.errors import ProfileError, SandboxUnavailable
-from executor.sandbox.api import BackendStatus, HostInfo, SandboxBackend
+from executor.sandbox.api import BackendStatus, Command, HostInfo, SandboxBackend
 from executor.sandbox.host import LocalHost, state_directory
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.sandbox.materialize import Purpose, materialize
@@ -51,7 +51,9 @@ def _library_dirs() -> list[str]:
     return [str(shipped_directory())]
 
 
-def _rules_for(profile: Profile, roots: tuple[str, ...], cwd: str, network: bool | None) -> RuleSet | None:
+def _rules_for(
+    profile: Profile, roots: tuple[str, ...], cwd: str, network: bool | None
+) -> RuleSet | None:
     intent = profile.intent(workspace_roots=roots, cwd=cwd)
     if network is not None and profile.permissions.file_system is not None:
         from dataclasses import replace
@@ -60,10 +62,15 @@ def _rules_for(profile: Profile, roots: tuple[str, ...], cwd: str, network: bool
 
         intent = replace(
             intent,
-            permissions=replace(intent.permissions, network=NetworkMode.ENABLED if network else NetworkMode.RESTRICTED),
+            permissions=replace(
+                intent.permissions,
+                network=NetworkMode.ENABLED if network else NetworkMode.RESTRICTED,
+            ),
         )
     host = LocalHost(hidden_paths=(state_directory(),), cwd=cwd)
-    return materialize(intent, host, purpose=Purpose.PROCESS, process_cwd=cwd, child_env=dict(os.environ))
+    return materialize(
+        intent, host, purpose=Purpose.PROCESS, process_cwd=cwd, child_env=dict(os.environ)
+    )
 
 
 def profile_explain(args: argparse.Namespace) -> int:
@@ -84,7 +91,10 @@ def profile_explain(args: argparse.Namespace) -> int:
         print("filesystem (most specific rule wins; anything not listed is denied):")
         width = max(len(rule.path) for rule in rules.rules) if rules.rules else 0
         for rule in rules.rules:
-            print(f"  {rule.path:<{width}}  {rule.access:<5}  {rule.origin}{'  (does not exist yet)' if rule.kind == 'missing' else ''}")
+            print(
+                f"  {rule.path:<{width}}  {rule.access:<5}  {rule.origin}"
+                + ("  (does not exist yet)" if rule.kind == "missing" else "")
+            )
         for glob in rules.deny_globs:
             print(f"  deny glob: {glob}")
     for note in rules.notes:
@@ -142,7 +152,9 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(run_command(request))
 
 
-def _status_line(backend: SandboxBackend, status: BackendStatus, selected: SandboxBackend | None) -> str:
+def _status_line(
+    backend: SandboxBackend, status: BackendStatus, selected: SandboxBackend | None
+) -> str:
     mark = "*" if backend is selected else " "
     state = "available" if status.available else f"unavailable: {status.reason}"
     return f"{mark} {backend.name:<10} {type(backend).__module__:<28} {state}"
@@ -151,13 +163,19 @@ def _status_line(backend: SandboxBackend, status: BackendStatus, selected: Sandb
 def backends(args: argparse.Namespace) -> int:
     """List discovered backends, which one is selected, and what each enforces here."""
     manager = _manager()
-    plugins = [name for name, plugin in manager.pm.list_name_plugin() if plugin is not None and name != "executor-defaults"]
+    plugins = [
+        name
+        for name, plugin in manager.pm.list_name_plugin()
+        if plugin is not None and name != "executor-defaults"
+    ]
     print(f"plugins (entry-point group executor.sandbox): {', '.join(plugins) or 'none'}")
     blocked = blocked_from_env()
     if blocked:
         print(f"blocked: {', '.join(blocked)}")
     probe_rules = RuleSet(filesystem_restricted=True)
-    selected = manager.pm.hook.executor_select_backend(rules=probe_rules, host=manager.host, candidates=manager.candidates)
+    selected = manager.pm.hook.executor_select_backend(
+        rules=probe_rules, host=manager.host, candidates=manager.candidates
+    )
     for backend, status in manager.candidates:
         print(_status_line(backend, status, selected))
         if status.available:
@@ -172,7 +190,10 @@ def backends(args: argparse.Namespace) -> int:
 def doctor(args: argparse.Namespace) -> int:
     """Host facts and, for each shipped profile, whether this host enforces it fully."""
     host = HostInfo.current()
-    print(f"host: {host.platform} {host.release} {host.machine}, uid {host.uid}{' (root)' if host.uid == 0 else ''}")
+    print(
+        f"host: {host.platform} {host.release} {host.machine}, uid {host.uid}"
+        + (" (root)" if host.uid == 0 else "")
+    )
     manager = _manager()
     for backend, status in manager.candidates:
         if status.available:
@@ -197,7 +218,5 @@ def doctor(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _probe_command(cwd: str) -> object:
-    from executor.sandbox.api import Command
-
+def _probe_command(cwd: str) -> Command:
     return Command(executable="/bin/true", argv=("true",), env={}, cwd=cwd, tty=False)

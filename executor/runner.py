@@ -18,13 +18,13 @@ from executor.errors import spawn_error
 from executor.output import OutputLog
 from executor.paths import to_uri
 from executor.process import ConfinedCommand, exit_code_from_status
-from executor.protocol.messages import Stream, StartParams
+from executor.protocol.messages import StartParams, Stream
 from executor.sandbox.confine import SandboxConfinement
 from executor.sandbox.denial import classify
 from executor.sandbox.host import LocalHost, state_directory
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.sandbox.profiles import Profile
-from executor.spawn.spawner import SpawnRequest, Spawner
+from executor.spawn.spawner import Spawner, SpawnRequest
 
 __all__ = ["RunRequest", "run_command"]
 
@@ -43,7 +43,7 @@ class RunRequest:
 
 def _sandbox_context(request: RunRequest) -> dict[str, object] | None:
     context = request.profile.wire_context(workspace_roots=request.workspace_roots, cwd=request.cwd)
-    permissions = dict(context["permissions"])  # type: ignore[call-overload]
+    permissions = dict(context["permissions"])
     if permissions.get("type") == "disabled":
         return context
     if request.network is not None:
@@ -61,11 +61,17 @@ def confine(request: RunRequest, manager: SandboxManager | None = None) -> Confi
         executable = envpolicy.find_program(request.argv[0], env, env)
     except OSError as exc:
         raise spawn_error(exc) from None
-    command = SpawnRequest(executable=executable, argv=request.argv, env=env, cwd=request.cwd, tty=False)
+    command = SpawnRequest(
+        executable=executable, argv=request.argv, env=env, cwd=request.cwd, tty=False
+    )
     params = StartParams(
-        process_id="run", argv=request.argv, cwd=to_uri(request.cwd), env=env, tty=False,
+        process_id="run",
+        argv=request.argv,
+        cwd=to_uri(request.cwd),
+        env=env,
+        tty=False,
         sandbox=_sandbox_context(request),
-    )  # fmt: skip
+    )
     return confinement.confine(params, command)
 
 
@@ -73,7 +79,11 @@ async def run_command(request: RunRequest) -> int:
     """Run ``request`` and return the command's exit code."""
     confined = confine(request)
     if request.verbose:
-        print(f"executor: sandbox {confined.sandbox_type.value}: {confined.summary or 'nothing enforced'}", file=sys.stderr)
+        print(
+            f"executor: sandbox {confined.sandbox_type.value}: "
+            f"{confined.summary or 'nothing enforced'}",
+            file=sys.stderr,
+        )
     spawner = Spawner()
     try:
         return await _run(confined, spawner)
@@ -94,7 +104,9 @@ async def _run(confined: ConfinedCommand, spawner: Spawner) -> int:
         os.close(out_w)
         os.close(err_w)
     ended = [loop.create_future(), loop.create_future()]
-    for index, (fd, stream, sink) in enumerate(((out_r, Stream.STDOUT, sys.stdout), (err_r, Stream.STDERR, sys.stderr))):
+    for index, (fd, stream, sink) in enumerate(
+        ((out_r, Stream.STDOUT, sys.stdout), (err_r, Stream.STDERR, sys.stderr))
+    ):
         _relay(loop, fd, stream, sink.fileno(), log, ended[index])
     try:
         await launch.started
@@ -103,13 +115,25 @@ async def _run(confined: ConfinedCommand, spawner: Spawner) -> int:
         raise
     code = exit_code_from_status(await launch.exited)
     await asyncio.wait(ended, timeout=5)
-    verdict = classify(sandboxed=confined.sandboxed, exit_code=code, output=log.all_output(), linux=confined.linux)
+    verdict = classify(
+        sandboxed=confined.sandboxed, exit_code=code, output=log.all_output(), linux=confined.linux
+    )
     if verdict.denied:
-        print(f"executor: the sandbox denied an operation (exit {code}, {verdict.reason})", file=sys.stderr)
+        print(
+            f"executor: the sandbox denied an operation (exit {code}, {verdict.reason})",
+            file=sys.stderr,
+        )
     return code
 
 
-def _relay(loop: asyncio.AbstractEventLoop, fd: int, stream: Stream, sink: int, log: OutputLog, done: asyncio.Future[None]) -> None:
+def _relay(
+    loop: asyncio.AbstractEventLoop,
+    fd: int,
+    stream: Stream,
+    sink: int,
+    log: OutputLog,
+    done: asyncio.Future[None],
+) -> None:
     os.set_blocking(fd, False)
 
     def readable() -> None:

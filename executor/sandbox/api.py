@@ -105,5 +105,5 @@ class SandboxBackend(Protocol):
         ...
 
     def prepare(self, rules: RuleSet, command: Command) -> LaunchPlan:
-        """Plan the launch of ``command`` under ``rules``; raise ``SandboxUnavailable`` to refuse."""
+        """Plan ``command`` under ``rules``; raise ``SandboxUnavailable`` to refuse it."""
         ...

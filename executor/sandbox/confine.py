@@ -17,7 +17,12 @@ from executor.errors import InvalidParams, SandboxUnavailable
 from executor.process import ConfinedCommand
 from executor.protocol.messages import SandboxType, StartParams
 from executor.sandbox.api import Command, LaunchPlan
-from executor.sandbox.intent import NetworkIntent, SandboxIntent, parse_network_intent, parse_sandbox
+from executor.sandbox.intent import (
+    NetworkIntent,
+    SandboxIntent,
+    parse_network_intent,
+    parse_sandbox,
+)
 from executor.sandbox.manager import SandboxManager
 from executor.sandbox.materialize import HostView, Purpose, materialize
 from executor.sandbox.rules import RuleSet
@@ -30,11 +35,15 @@ log = logging.getLogger("executor.sandbox")
 
 def _refuse_managed_network(network: NetworkIntent, *, sandboxed: bool) -> None:
     if network.network_proxy is not None:
-        raise InvalidParams("networkProxy is not supported by this executor (networkProxyLaunch is false)")
+        raise InvalidParams(
+            "networkProxy is not supported by this executor (networkProxyLaunch is false)"
+        )
     if network.enforce_managed_network:
         if not sandboxed:
             raise InvalidParams("enforceManagedNetwork requires a sandbox")
-        raise SandboxUnavailable("managed networking needs a network proxy, which this executor does not run")
+        raise SandboxUnavailable(
+            "managed networking needs a network proxy, which this executor does not run"
+        )
 
 
 def plan_command(
@@ -44,7 +53,9 @@ def plan_command(
     backend = manager.select(rules)
     plan = manager.prepare(backend, rules, command)
     env = {**command.env, **plan.env} if plan.env else command.env
-    request = replace(command, executable=plan.executable, argv=plan.argv, env=env, setup=plan.setup)
+    request = replace(
+        command, executable=plan.executable, argv=plan.argv, env=env, setup=plan.setup
+    )
     return plan, request
 
 
@@ -58,12 +69,18 @@ class SandboxConfinement:
     def rules_for(self, intent: SandboxIntent, command: Command) -> RuleSet | None:
         """Materialized rules of ``intent`` for ``command`` (None: sandbox disabled)."""
         return materialize(
-            intent, self.host, purpose=Purpose.PROCESS, process_cwd=command.cwd, child_env=command.env
+            intent,
+            self.host,
+            purpose=Purpose.PROCESS,
+            process_cwd=command.cwd,
+            child_env=command.env,
         )
 
     def confine(self, params: StartParams, command: SpawnRequest) -> ConfinedCommand:
         """Decide how ``command`` runs; raises ``SandboxUnavailable`` to refuse it."""
-        network = parse_network_intent(params.enforce_managed_network, params.managed_network, params.network_proxy)
+        network = parse_network_intent(
+            params.enforce_managed_network, params.managed_network, params.network_proxy
+        )
         if params.sandbox is None:
             _refuse_managed_network(network, sandboxed=False)
             return ConfinedCommand(request=command, sandbox_type=SandboxType.NONE, sandboxed=False)

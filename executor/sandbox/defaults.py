@@ -22,6 +22,8 @@ def executor_select_backend(
 
 
 @hookimpl(trylast=True)
-def executor_prepare_launch(backend: SandboxBackend, rules: RuleSet, command: Command) -> LaunchPlan | None:
+def executor_prepare_launch(
+    backend: SandboxBackend, rules: RuleSet, command: Command
+) -> LaunchPlan | None:
     """Ask the selected backend for its plan."""
     return backend.prepare(rules, command)

@@ -50,7 +50,9 @@ def executor_select_backend(
 
 
 @hookspec(firstresult=True)
-def executor_prepare_launch(backend: SandboxBackend, rules: RuleSet, command: Command) -> LaunchPlan | None:
+def executor_prepare_launch(
+    backend: SandboxBackend, rules: RuleSet, command: Command
+) -> LaunchPlan | None:
     """Turn ``command`` into a ``LaunchPlan`` under ``rules``, immediately before spawn.
 
     Stops at the first non-None result. The built-in implementation (``trylast``) calls

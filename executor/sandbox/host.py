@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from typing import Final
 
@@ -13,8 +14,17 @@ __all__ = ["LocalHost", "minimal_paths", "state_directory"]
 
 _LINUX_MINIMAL: Final = ("/bin", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/sbin", "/usr")
 _MACOS_MINIMAL: Final = (
-    "/bin", "/sbin", "/usr", "/etc", "/private/etc", "/System", "/Library/Apple",
-    "/Library/Preferences", "/opt/homebrew/lib", "/usr/local/lib", "/dev",
+    "/bin",
+    "/sbin",
+    "/usr",
+    "/etc",
+    "/private/etc",
+    "/System",
+    "/Library/Apple",
+    "/Library/Preferences",
+    "/opt/homebrew/lib",
+    "/usr/local/lib",
+    "/dev",
 )
 _GITDIR: Final = re.compile(r"^gitdir:\s*(.+?)\s*$", re.MULTILINE)
 
@@ -46,7 +56,7 @@ class LocalHost:
         self.minimal_paths = minimal_paths()
         self.hidden_paths = hidden_paths
         self.cwd = cwd or os.getcwd()
-        self.home = os.environ.get("HOME") or os.path.expanduser("~")
+        self.home: str | None = os.environ.get("HOME") or os.path.expanduser("~")
 
     def kind(self, path: str) -> PathKind:
         """What is at ``path`` (symlinks followed)."""
@@ -54,9 +64,9 @@ class LocalHost:
             st = os.stat(path)
         except OSError:
             return PathKind.MISSING
-        if os.path.stat.S_ISDIR(st.st_mode):
+        if stat.S_ISDIR(st.st_mode):
             return PathKind.DIRECTORY
-        if os.path.stat.S_ISREG(st.st_mode):
+        if stat.S_ISREG(st.st_mode):
             return PathKind.FILE
         return PathKind.OTHER
 

@@ -218,7 +218,9 @@ def _uri(value: Any, path: str, label: str) -> str:
     except InvalidParams as exc:
         raise DecodeError(f"invalid {label} URI: {exc.message}", path) from None
     except Exception as exc:  # ForeignPathError and friends: still the client's input
-        raise DecodeError(f"{label} URI `{value}` is not valid on this exec-server host: {exc}", path) from None
+        raise DecodeError(
+            f"{label} URI `{value}` is not valid on this exec-server host: {exc}", path
+        ) from None
 
 
 def _uris(value: Any, path: str, label: str) -> tuple[str, ...]:
@@ -248,21 +250,28 @@ def _target(value: Any, path: str) -> Target:
     obj = _object(value, path, "FileSystemPath")
     kind = _required(obj, "type", path)
     if kind == "path":
-        return PathTarget(_uri(_required(obj, "path", path), f"{path}.path", "sandbox permission path"))
+        return PathTarget(
+            _uri(_required(obj, "path", path), f"{path}.path", "sandbox permission path")
+        )
     if kind == "glob_pattern":
         pattern = _required(obj, "pattern", path)
         if type(pattern) is not str or not pattern or "\0" in pattern:
-            raise DecodeError("glob pattern must be a non-empty string without NUL bytes", f"{path}.pattern")
+            raise DecodeError(
+                "glob pattern must be a non-empty string without NUL bytes", f"{path}.pattern"
+            )
         return GlobTarget(pattern)
     if kind == "special":
         special = _object(_required(obj, "value", path), f"{path}.value", "FileSystemSpecialPath")
         value_path = f"{path}.value"
-        special_kind = _enum(SpecialKind, _required(special, "kind", value_path), f"{value_path}.kind")
+        special_kind = _enum(
+            SpecialKind, _required(special, "kind", value_path), f"{value_path}.kind"
+        )
         subpath = _subpath(special.get("subpath"), f"{value_path}.subpath")
         token = special.get("path") if special_kind is SpecialKind.UNKNOWN else None
         return SpecialTarget(special_kind, subpath, token if isinstance(token, str) else None)
     raise DecodeError(
-        f"unknown variant `{kind}`, expected one of `path`, `glob_pattern`, `special`", f"{path}.type"
+        f"unknown variant `{kind}`, expected one of `path`, `glob_pattern`, `special`",
+        f"{path}.type",
     )
 
 
@@ -275,7 +284,8 @@ def _entry(value: Any, path: str) -> Entry:
         _enum(_Missing, missing, f"{path}.missing_path_behavior")
     if isinstance(target, GlobTarget) and access is not Access.DENY:
         raise DecodeError(
-            f"glob file system permissions only support deny-read entries (got `{access}`)", f"{path}.access"
+            f"glob file system permissions only support deny-read entries (got `{access}`)",
+            f"{path}.access",
         )
     return Entry(target=target, access=access, skip_if_missing=missing is not None)
 
@@ -287,12 +297,19 @@ def _file_system(value: Any, path: str) -> FileSystemPolicy:
         return FileSystemPolicy(restricted=False)
     entries = _required(obj, "entries", path)
     if type(entries) is not list:
-        raise DecodeError(f"invalid type: {describe(entries)}, expected a sequence", f"{path}.entries")
+        raise DecodeError(
+            f"invalid type: {describe(entries)}, expected a sequence", f"{path}.entries"
+        )
     if len(entries) > MAX_ENTRIES:
-        raise DecodeError(f"at most {MAX_ENTRIES} entries are accepted, got {len(entries)}", f"{path}.entries")
+        raise DecodeError(
+            f"at most {MAX_ENTRIES} entries are accepted, got {len(entries)}", f"{path}.entries"
+        )
     depth = obj.get("glob_scan_max_depth")
     if depth is not None and (type(depth) is not int or depth <= 0 or depth >= 2**64):
-        raise DecodeError(f"invalid value: {describe(depth)}, expected a nonzero usize", f"{path}.glob_scan_max_depth")
+        raise DecodeError(
+            f"invalid value: {describe(depth)}, expected a nonzero usize",
+            f"{path}.glob_scan_max_depth",
+        )
     return FileSystemPolicy(
         restricted=True,
         entries=tuple(_entry(item, f"{path}.entries[{i}]") for i, item in enumerate(entries)),
@@ -317,11 +334,17 @@ def parse_sandbox(value: Any, path: str = "sandbox") -> SandboxIntent:
     """Parse the ``sandbox`` object of a request."""
     obj = _object(value, path, "FileSystemSandboxContext")
     permissions = parse_permissions(_required(obj, "permissions", path), f"{path}.permissions")
-    level = _enum(WindowsSandboxLevel, _required(obj, "windowsSandboxLevel", path), f"{path}.windowsSandboxLevel")
+    level = _enum(
+        WindowsSandboxLevel,
+        _required(obj, "windowsSandboxLevel", path),
+        f"{path}.windowsSandboxLevel",
+    )
     if level is WindowsSandboxLevel.MXC:
         raise InvalidParams("native MXC is unavailable on this executor")
     context = obj.get("policyContext")
-    context = _object(context, f"{path}.policyContext", "PolicyContext") if context is not None else {}
+    context = (
+        _object(context, f"{path}.policyContext", "PolicyContext") if context is not None else {}
+    )
     cwd_value = obj.get("cwd") if obj.get("cwd") is not None else context.get("cwd")
     roots_value = obj.get("workspaceRoots")
     if roots_value is None:
@@ -331,14 +354,20 @@ def parse_sandbox(value: Any, path: str = "sandbox") -> SandboxIntent:
     temps = obj.get("temporaryDirectories")
     legacy = obj.get("useLegacyLandlock", False)
     if legacy is not None and type(legacy) is not bool:
-        raise DecodeError(f"invalid type: {describe(legacy)}, expected a boolean", f"{path}.useLegacyLandlock")
+        raise DecodeError(
+            f"invalid type: {describe(legacy)}, expected a boolean", f"{path}.useLegacyLandlock"
+        )
     return SandboxIntent(
         permissions=permissions,
         cwd=cwd,
         workspace_roots=_uris(roots_value, f"{path}.workspaceRoots", "sandbox workspace root"),
-        user_home_dir=_uri(home, f"{path}.userHomeDir", "sandbox home") if home is not None else None,
+        user_home_dir=_uri(home, f"{path}.userHomeDir", "sandbox home")
+        if home is not None
+        else None,
         temporary_directories=(
-            _uris(temps, f"{path}.temporaryDirectories", "sandbox temporary directory") if temps is not None else None
+            _uris(temps, f"{path}.temporaryDirectories", "sandbox temporary directory")
+            if temps is not None
+            else None
         ),
         windows_level=level,
         use_legacy_landlock=bool(legacy),
@@ -349,6 +378,8 @@ def parse_network_intent(enforce: bool, managed: Any, proxy: Any) -> NetworkInte
     """Parse the request's ``enforceManagedNetwork``, ``managedNetwork`` and ``networkProxy``."""
     return NetworkIntent(
         enforce_managed_network=enforce,
-        managed_network=decode(ManagedNetwork, managed, "managedNetwork") if managed is not None else None,
+        managed_network=decode(ManagedNetwork, managed, "managedNetwork")
+        if managed is not None
+        else None,
         network_proxy=proxy,
     )

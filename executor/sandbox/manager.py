@@ -27,7 +27,9 @@ def blocked_from_env(environ: os._Environ[str] | dict[str, str] = os.environ) ->
     return [name.strip() for name in environ.get(BLOCK_ENV, "").split(",") if name.strip()]
 
 
-def get_plugin_manager(blocked: Iterable[str] = (), plugins: Sequence[object] = ()) -> pluggy.PluginManager:
+def get_plugin_manager(
+    blocked: Iterable[str] = (), plugins: Sequence[object] = ()
+) -> pluggy.PluginManager:
     """A plugin manager with every hookspec, the built-in defaults and all discovered plugins.
 
     Plugins come from the ``executor.sandbox`` entry-point group (the first-party backends
@@ -62,7 +64,9 @@ class SandboxManager:
                 try:
                     status = backend.probe(self.host)
                 except Exception as exc:  # a broken plugin must not take the daemon down
-                    log.exception("probing sandbox backend %s failed", getattr(backend, "name", backend))
+                    log.exception(
+                        "probing sandbox backend %s failed", getattr(backend, "name", backend)
+                    )
                     status = BackendStatus(available=False, reason=f"probe failed: {exc}")
                 found.append((backend, status))
         return found
@@ -86,7 +90,9 @@ class SandboxManager:
         status = self.status_of(backend)
         missing = sorted(rules.needs - status.features)
         if missing:
-            why = "; ".join(f"{feature}: {status.missing.get(feature, 'not supported')}" for feature in missing)
+            why = "; ".join(
+                f"{feature}: {status.missing.get(feature, 'not supported')}" for feature in missing
+            )
             raise SandboxUnavailable(f"the {backend.name} backend cannot enforce {why}")
         return backend
 

@@ -31,14 +31,20 @@ from executor.sandbox.intent import (
     Access,
     Entry,
     GlobTarget,
-    NetworkMode,
     PathTarget,
     ProfileType,
     SandboxIntent,
     SpecialKind,
     SpecialTarget,
 )
-from executor.sandbox.rules import PathKind, PathRule, RuleOrigin, RuleSet, glob_has_magic, glob_to_regex
+from executor.sandbox.rules import (
+    PathKind,
+    PathRule,
+    RuleOrigin,
+    RuleSet,
+    glob_has_magic,
+    glob_to_regex,
+)
 
 __all__ = ["PROTECTED_NAMES", "HostView", "Purpose", "materialize", "needs_cwd"]
 
@@ -99,7 +105,9 @@ def needs_cwd(intent: SandboxIntent) -> bool:
     return False
 
 
-def _policy_cwd(intent: SandboxIntent, host: HostView, purpose: Purpose, process_cwd: str | None) -> str:
+def _policy_cwd(
+    intent: SandboxIntent, host: HostView, purpose: Purpose, process_cwd: str | None
+) -> str:
     if intent.cwd is not None:
         return intent.cwd
     if purpose is Purpose.PROCESS and process_cwd is not None:
@@ -124,16 +132,25 @@ def materialize(
     cwd = _policy_cwd(intent, host, purpose, process_cwd)
     fs = permissions.file_system
     if permissions.type is ProfileType.EXTERNAL or fs is None or not fs.restricted:
-        return RuleSet(filesystem_restricted=False, network=permissions.network, policy_cwd=cwd,
-                       landlock_only=intent.use_legacy_landlock)
+        return RuleSet(
+            filesystem_restricted=False,
+            network=permissions.network,
+            policy_cwd=cwd,
+            landlock_only=intent.use_legacy_landlock,
+        )
     builder = _Builder(intent, host, purpose, cwd, child_env or {})
     for entry in fs.entries:
         builder.add_entry(entry)
     if builder.full_disk_write():
         # The reference runs ``:root = write`` with nothing narrower without any filesystem
         # confinement; so do we (only the network part applies).
-        return RuleSet(filesystem_restricted=False, network=permissions.network, policy_cwd=cwd,
-                       landlock_only=intent.use_legacy_landlock, notes=tuple(builder.notes))
+        return RuleSet(
+            filesystem_restricted=False,
+            network=permissions.network,
+            policy_cwd=cwd,
+            landlock_only=intent.use_legacy_landlock,
+            notes=tuple(builder.notes),
+        )
     builder.expand_globs(fs.glob_scan_max_depth)
     builder.protect_names()
     builder.hide_executor_state()
@@ -150,7 +167,12 @@ def materialize(
 
 class _Builder:
     def __init__(
-        self, intent: SandboxIntent, host: HostView, purpose: Purpose, cwd: str, env: Mapping[str, str]
+        self,
+        intent: SandboxIntent,
+        host: HostView,
+        purpose: Purpose,
+        cwd: str,
+        env: Mapping[str, str],
     ) -> None:
         self.intent = intent
         self.host = host
@@ -182,8 +204,12 @@ class _Builder:
         if kind in (SpecialKind.PROJECT_ROOTS, SpecialKind.CURRENT_WORKING_DIRECTORY):
             roots = self.intent.workspace_roots
             if not roots:
-                self.notes.append(":project_roots expands to nothing: the request names no workspace roots")
-            return [posixpath.join(root, target.subpath) if target.subpath else root for root in roots]
+                self.notes.append(
+                    ":project_roots expands to nothing: the request names no workspace roots"
+                )
+            return [
+                posixpath.join(root, target.subpath) if target.subpath else root for root in roots
+            ]
         if kind is SpecialKind.TMPDIR:
             return self._tmpdirs()
         if kind is SpecialKind.SLASH_TMP:
@@ -197,7 +223,9 @@ class _Builder:
         tmpdir = self.env.get("TMPDIR", "")
         return [posixpath.normpath(tmpdir)] if tmpdir.startswith("/") else []
 
-    def _add(self, path: str, access: Access, origin: RuleOrigin, *, skip_if_missing: bool = False) -> None:
+    def _add(
+        self, path: str, access: Access, origin: RuleOrigin, *, skip_if_missing: bool = False
+    ) -> None:
         kind = self.host.kind(path)
         if kind is PathKind.MISSING:
             if skip_if_missing:
@@ -241,7 +269,9 @@ class _Builder:
                 self._add(posixpath.normpath(pattern), Access.DENY, RuleOrigin.DENY_GLOB)
                 continue
             base = _static_prefix(pattern)
-            for match in self.host.glob_matches(base, glob_to_regex(pattern), depth)[:MAX_GLOB_MATCHES]:
+            for match in self.host.glob_matches(base, glob_to_regex(pattern), depth)[
+                :MAX_GLOB_MATCHES
+            ]:
                 self._add(match, Access.DENY, RuleOrigin.DENY_GLOB)
 
     # --- protection -------------------------------------------------------------------------
@@ -264,7 +294,11 @@ class _Builder:
                 if path not in self.rules and self._effective(path) is Access.WRITE:
                     self._add(path, Access.READ, RuleOrigin.PROTECTED)
             gitdir = self.host.gitdir_pointer(posixpath.join(root, ".git"))
-            if gitdir is not None and gitdir not in self.rules and self._effective(gitdir) is Access.WRITE:
+            if (
+                gitdir is not None
+                and gitdir not in self.rules
+                and self._effective(gitdir) is Access.WRITE
+            ):
                 self._add(gitdir, Access.READ, RuleOrigin.GITDIR)
 
     def hide_executor_state(self) -> None:
@@ -282,7 +316,12 @@ class _Builder:
             if rule.path != "/" and parent_access is rule.access:
                 continue
             kept[rule.path] = rule
-        return tuple(sorted(kept.values(), key=lambda rule: (rule.path.count("/") if rule.path != "/" else 0, rule.path)))
+        return tuple(
+            sorted(
+                kept.values(),
+                key=lambda rule: (rule.path.count("/") if rule.path != "/" else 0, rule.path),
+            )
+        )
 
 
 def _nearest(rules: Mapping[str, PathRule], path: str) -> PathRule | None:

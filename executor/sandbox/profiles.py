@@ -49,9 +49,21 @@ from executor.sandbox.rules import glob_has_magic
 __all__ = ["Profile", "ProfileLibrary", "default_library", "load_file"]
 
 _ACCESS: Final = ("read", "write", "deny")
-_SPECIALS: Final = {":root": "root", ":minimal": "minimal", ":tmpdir": "tmpdir", ":slash_tmp": "slash_tmp"}
+_SPECIALS: Final = {
+    ":root": "root",
+    ":minimal": "minimal",
+    ":tmpdir": "tmpdir",
+    ":slash_tmp": "slash_tmp",
+}
 _ROOTS_KEYS: Final = (":workspace_roots", ":project_roots")
-_TOP_KEYS: Final = {"description", "extends", "type", "glob_scan_max_depth", "filesystem", "network"}
+_TOP_KEYS: Final = {
+    "description",
+    "extends",
+    "type",
+    "glob_scan_max_depth",
+    "filesystem",
+    "network",
+}
 _TYPES: Final = ("managed", "disabled", "external")
 
 
@@ -66,7 +78,9 @@ class Profile:
     #: The wire form it compiles to (``PermissionProfile``, snake_case).
     wire: dict[str, Any]
 
-    def intent(self, *, workspace_roots: tuple[str, ...] = (), cwd: str | None = None) -> SandboxIntent:
+    def intent(
+        self, *, workspace_roots: tuple[str, ...] = (), cwd: str | None = None
+    ) -> SandboxIntent:
         """The sandbox intent of this profile for a command in ``cwd``."""
         return SandboxIntent(
             permissions=self.permissions,
@@ -74,7 +88,9 @@ class Profile:
             workspace_roots=workspace_roots,
         )
 
-    def wire_context(self, *, workspace_roots: tuple[str, ...] = (), cwd: str | None = None) -> dict[str, Any]:
+    def wire_context(
+        self, *, workspace_roots: tuple[str, ...] = (), cwd: str | None = None
+    ) -> dict[str, Any]:
         """The ``sandbox`` object a client would send for this profile."""
         context: dict[str, Any] = {"permissions": self.wire, "windowsSandboxLevel": "disabled"}
         if workspace_roots:
@@ -146,7 +162,13 @@ class ProfileLibrary:
         description = merged.get("description", "")
         if not isinstance(description, str):
             raise _fail(raw.source, "description", "must be a string")
-        return Profile(name=raw.name, description=description, source=raw.source, permissions=permissions, wire=wire)
+        return Profile(
+            name=raw.name,
+            description=description,
+            source=raw.source,
+            permissions=permissions,
+            wire=wire,
+        )
 
     def _merge(self, raw: _Raw, chain: list[str]) -> dict[str, Any]:
         if raw.name in chain:
@@ -253,7 +275,12 @@ def _workspace_entries(table: Any, source: str, where: str) -> list[dict[str, An
         if glob_has_magic(key):
             if access != "deny":
                 raise _fail(source, inner, "globs only support deny access")
-            entries.append({"path": {"type": "glob_pattern", "pattern": PROJECT_ROOTS_GLOB_PREFIX + key}, "access": access})
+            entries.append(
+                {
+                    "path": {"type": "glob_pattern", "pattern": PROJECT_ROOTS_GLOB_PREFIX + key},
+                    "access": access,
+                }
+            )
             continue
         value_obj: dict[str, Any] = {"kind": "project_roots"}
         if key not in (".", ""):

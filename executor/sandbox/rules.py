@@ -17,7 +17,16 @@ from functools import cached_property
 
 from executor.sandbox.intent import Access, NetworkMode
 
-__all__ = ["Feature", "PathKind", "PathRule", "RuleOrigin", "RuleSet", "glob_has_magic", "glob_to_regex", "is_within"]
+__all__ = [
+    "Feature",
+    "PathKind",
+    "PathRule",
+    "RuleOrigin",
+    "RuleSet",
+    "glob_has_magic",
+    "glob_to_regex",
+    "is_within",
+]
 
 
 class RuleOrigin(enum.StrEnum):
@@ -147,7 +156,7 @@ class RuleSet:
             needed.add(Feature.READ_RESTRICTION)
         for rule in self.rules:
             if rule.origin is RuleOrigin.EXECUTOR_STATE:
-                continue  # our own hardening, enforced where a backend can: never a reason to refuse
+                continue  # our own hardening, applied where possible: never a reason to refuse
             parent = self.parent_rule(rule)
             parent_access = Access.DENY if parent is None else parent.access
             if _grants(parent_access) > _grants(rule.access):

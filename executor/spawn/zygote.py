@@ -138,7 +138,7 @@ def _exec_child(request: dict[str, Any], fds: list[int], error_fd: int) -> None:
         request["executable"], request["argv"], request["env"], request["cwd"], request["tty"]
     )
     ctx = child.ChildContext(spec, error_fd)
-    ctx.extra_fds = extra  # type: ignore[attr-defined]
+    ctx.extra_fds = extra
     setup = request.get("setup")
     if setup is None:
         ctx.exec()

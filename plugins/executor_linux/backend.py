@@ -42,10 +42,14 @@ class LinuxBackend:
     def probe(self, host: HostInfo) -> BackendStatus:
         """Which layers work here, and so which features this backend enforces."""
         if not host.platform.startswith("linux"):
-            return BackendStatus(available=False, reason=f"requires Linux (this host is {host.platform})")
+            return BackendStatus(
+                available=False, reason=f"requires Linux (this host is {host.platform})"
+            )
         support = host_support()
         if not support.seccomp:
-            return BackendStatus(available=False, reason=f"seccomp is unusable: {support.seccomp_reason}")
+            return BackendStatus(
+                available=False, reason=f"seccomp is unusable: {support.seccomp_reason}"
+            )
         features = {Feature.NETWORK_BLOCK}
         missing: dict[Feature, str] = {}
         if support.landlock_abi:
@@ -71,14 +75,20 @@ class LinuxBackend:
         support = host_support()
         use_namespaces = support.namespaces and not rules.landlock_only
         if not use_namespaces and rules.needs & _NAMESPACE_FEATURES:
-            why = "useLegacyLandlock asks for Landlock only" if rules.landlock_only else support.namespaces_reason
+            why = (
+                "useLegacyLandlock asks for Landlock only"
+                if rules.landlock_only
+                else support.namespaces_reason
+            )
             raise SandboxUnavailable(
                 "read-only or denied paths inside a granted tree need a private mount namespace, "
                 f"and the linux backend cannot use one here ({why})"
             )
         restricted = rules.network is NetworkMode.RESTRICTED
         lock_metadata = rules.filesystem_restricted and not use_namespaces
-        payload: dict[str, object] = {"seccomp": seccomp_policy.compile_filter(restricted, lock_metadata)}
+        payload: dict[str, object] = {
+            "seccomp": seccomp_policy.compile_filter(restricted, lock_metadata)
+        }
         layers: list[str] = []
         release = None
         mounts = plan.mount_plan(rules) if use_namespaces and rules.filesystem_restricted else None
@@ -91,7 +101,11 @@ class LinuxBackend:
                 "gid": os.getgid(),
             }
             payload["mounts"] = {
-                **(mounts.to_payload() if mounts else {"readonly_root": False, "operations": [], "private_shm": False}),
+                **(
+                    mounts.to_payload()
+                    if mounts
+                    else {"readonly_root": False, "operations": [], "private_shm": False}
+                ),
                 "staging": plan.staging_dir(self._state_dir()),
             }
             kinds = ["user"] if support.user_namespace else []
@@ -99,10 +113,16 @@ class LinuxBackend:
             layers.append(f"namespaces({','.join(kinds)})")
             if mounts is not None:
                 layers.append("mounts")
-                release = self.placeholders.acquire(mounts.placeholders) if mounts.placeholders else None
+                release = (
+                    self.placeholders.acquire(mounts.placeholders) if mounts.placeholders else None
+                )
         layers.append("no_new_privs")
         private_shm = bool(mounts and mounts.private_shm)
-        ruleset = plan.landlock_plan(rules, support.landlock_abi, private_shm=private_shm) if support.landlock_abi else None
+        ruleset = (
+            plan.landlock_plan(rules, support.landlock_abi, private_shm=private_shm)
+            if support.landlock_abi
+            else None
+        )
         if ruleset is not None:
             payload["landlock"] = ruleset.to_payload()
             layers.append(f"landlock({ruleset.describe()})")
@@ -112,7 +132,11 @@ class LinuxBackend:
         details = _details(support)
         if not use_namespaces and any(r.origin is RuleOrigin.EXECUTOR_STATE for r in rules.rules):
             details["executor_state"] = "not hidden (no mount namespace; it holds no secrets)"
-        seccomp_modes = [mode for mode, on in (("network-off", restricted), ("metadata-locked", lock_metadata)) if on]
+        seccomp_modes = [
+            mode
+            for mode, on in (("network-off", restricted), ("metadata-locked", lock_metadata))
+            if on
+        ]
         layers.append(f"seccomp({','.join(seccomp_modes)})" if seccomp_modes else "seccomp")
         return LaunchPlan(
             sandbox_type=SandboxType.LINUX_SECCOMP,

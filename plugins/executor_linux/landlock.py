@@ -64,7 +64,9 @@ _RULE_NET_PORT = 2
 def abi_version() -> int:
     """The kernel's Landlock ABI, 0 when Landlock is unavailable or disabled."""
     try:
-        return int(syscalls.syscall(syscalls.NR_LANDLOCK_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION))
+        return int(
+            syscalls.syscall(syscalls.NR_LANDLOCK_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION)
+        )
     except OSError:
         return 0
 

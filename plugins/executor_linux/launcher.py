@@ -26,10 +26,17 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from executor_linux import landlock, syscalls  # noqa: E402 - after the path set-up above
+from executor_linux import landlock, syscalls
 
 #: Signals PID 1 forwards to the command's process group.
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+_FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
 _IGNORED_ON_MISSING = (errno.ENOENT, errno.EINVAL)
 
 
@@ -116,7 +123,13 @@ def _mountinfo() -> list[tuple[str, bool]]:
     with open("/proc/self/mountinfo", "rb") as handle:
         for line in handle:
             fields = line.split()
-            point = fields[4].decode().replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
+            point = (
+                fields[4]
+                .decode()
+                .replace("\\040", " ")
+                .replace("\\011", "\t")
+                .replace("\\012", "\n")
+            )
             point = point.replace("\\134", "\\")
             found.append((point, b"ro" in fields[5].split(b",")))
     return found

@@ -11,13 +11,15 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from executor_linux import syscalls  # noqa: E402
+from executor_linux import syscalls
 
 
 def main() -> None:
     """Try what the launcher will do, inside throwaway namespaces."""
     user = os.getuid() != 0
-    flags = syscalls.CLONE_NEWNS | syscalls.CLONE_NEWPID | syscalls.CLONE_NEWIPC | syscalls.CLONE_NEWNET
+    flags = (
+        syscalls.CLONE_NEWNS | syscalls.CLONE_NEWPID | syscalls.CLONE_NEWIPC | syscalls.CLONE_NEWNET
+    )
     try:
         uid, gid = os.getuid(), os.getgid()
         syscalls.unshare(flags | (syscalls.CLONE_NEWUSER if user else 0))
@@ -33,7 +35,9 @@ def main() -> None:
     child = os.fork()
     if child == 0:
         try:
-            syscalls.mount("proc", "/proc", "proc", syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC)
+            syscalls.mount(
+                "proc", "/proc", "proc", syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
+            )
         except OSError:
             os._exit(1)
         os._exit(0)

@@ -75,7 +75,12 @@ class LandlockPlan:
 
     def to_payload(self) -> dict[str, object]:
         """Builtins only: this crosses into the launcher."""
-        return {"fs": self.fs, "net": self.net, "scoped": self.scoped, "grants": [list(g) for g in self.grants]}
+        return {
+            "fs": self.fs,
+            "net": self.net,
+            "scoped": self.scoped,
+            "grants": [list(g) for g in self.grants],
+        }
 
     def describe(self) -> str:
         """What this ruleset enforces, for reports."""
@@ -144,7 +149,8 @@ def _check_reachable(rules: RuleSet, rule: PathRule, parent: Access) -> None:
     ancestor = rules.parent_rule(rule)
     if ancestor is not None and _parent_access(rules, ancestor) is not Access.DENY:
         raise SandboxUnavailable(
-            f"the linux backend cannot grant {rule.path} inside the denied directory {ancestor.path}"
+            f"the linux backend cannot grant {rule.path} "
+            f"inside the denied directory {ancestor.path}"
         )
 
 
@@ -165,7 +171,9 @@ def landlock_plan(rules: RuleSet, abi: int, *, private_shm: bool) -> LandlockPla
                 continue
             if _parent_access(rules, rule) is Access.WRITE:
                 continue  # Landlock cannot narrow; the mount layer makes it read-only
-            grants.append((rule.path, fs if rule.access is Access.WRITE else landlock.ACCESS_FS_READ))
+            grants.append(
+                (rule.path, fs if rule.access is Access.WRITE else landlock.ACCESS_FS_READ)
+            )
         grants.extend(DEVICE_GRANTS)
         if private_shm:
             grants.append(("/dev/shm", fs))

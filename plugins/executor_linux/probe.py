@@ -15,7 +15,10 @@ __all__ = ["LAYER_SWITCH_ENV", "HostSupport", "host_support"]
 
 #: ``EXECUTOR_LINUX_NAMESPACES=off`` / ``EXECUTOR_LINUX_LANDLOCK=off`` switch a layer off, to
 #: see (and test) what the others enforce alone; the core then refuses what they cannot.
-LAYER_SWITCH_ENV = {"namespaces": "EXECUTOR_LINUX_NAMESPACES", "landlock": "EXECUTOR_LINUX_LANDLOCK"}
+LAYER_SWITCH_ENV = {
+    "namespaces": "EXECUTOR_LINUX_NAMESPACES",
+    "landlock": "EXECUTOR_LINUX_LANDLOCK",
+}
 _NSPROBE = Path(__file__).with_name("nsprobe.py")
 
 
@@ -39,7 +42,9 @@ class HostSupport:
 
 def _switched_off(layer: str) -> str:
     name = LAYER_SWITCH_ENV[layer]
-    return f"disabled by {name}=off" if os.environ.get(name, "").lower() in ("off", "0", "no") else ""
+    return (
+        f"disabled by {name}=off" if os.environ.get(name, "").lower() in ("off", "0", "no") else ""
+    )
 
 
 def _probe_namespaces() -> tuple[bool, str, bool]:
@@ -49,8 +54,11 @@ def _probe_namespaces() -> tuple[bool, str, bool]:
     try:
         result = subprocess.run(
             [sys.executable, "-I", "-S", str(_NSPROBE)],
-            capture_output=True, text=True, timeout=20, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"namespace probe failed: {exc}", False
     line = result.stdout.strip()
@@ -66,7 +74,10 @@ def _probe_landlock() -> tuple[int, str]:
     if off:
         return 0, off
     abi = landlock.abi_version()
-    return abi, "" if abi else "Landlock is not enabled in this kernel (needs 5.13+ and lsm=landlock)"
+    return (
+        abi,
+        "" if abi else "Landlock is not enabled in this kernel (needs 5.13+ and lsm=landlock)",
+    )
 
 
 @cache

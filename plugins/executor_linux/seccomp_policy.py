@@ -39,21 +39,72 @@ from typing import Any
 __all__ = ["ALWAYS_DENIED", "METADATA_DENIED", "NETWORK_DENIED", "compile_filter"]
 
 ALWAYS_DENIED = (
-    "ptrace", "process_vm_readv", "process_vm_writev",
-    "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot",
-    "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
-    "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
-    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
-    "open_by_handle_at", "name_to_handle_at", "lookup_dcookie", "quotactl", "swapon", "swapoff",
-    "acct", "reboot", "sethostname", "setdomainname", "syslog", "iopl", "ioperm",
-)  # fmt: skip
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "unshare",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "lookup_dcookie",
+    "quotactl",
+    "swapon",
+    "swapoff",
+    "acct",
+    "reboot",
+    "sethostname",
+    "setdomainname",
+    "syslog",
+    "iopl",
+    "ioperm",
+)
 NETWORK_DENIED = ("connect", "bind", "listen", "accept", "accept4")
 METADATA_DENIED = (
-    "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
-    "utime", "utimes", "futimesat", "setxattr", "lsetxattr", "fsetxattr", "setxattrat",
-    "removexattr", "lremovexattr", "fremovexattr", "removexattrat",
-)  # fmt: skip
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "fchmodat2",
+    "chown",
+    "fchown",
+    "lchown",
+    "fchownat",
+    "utime",
+    "utimes",
+    "futimesat",
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
+    "setxattrat",
+    "removexattr",
+    "lremovexattr",
+    "fremovexattr",
+    "removexattrat",
+)
 _NAMESPACE_FLAGS = (
     0x00020000,  # CLONE_NEWNS
     0x02000000,  # CLONE_NEWCGROUP
@@ -116,10 +167,12 @@ def compile_filter(network_restricted: bool, lock_metadata: bool = False) -> byt
             _deny(f, seccomp, name)
         _deny(f, seccomp, "socket", seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
         _deny(
-            f, seccomp, "socket",
+            f,
+            seccomp,
+            "socket",
             seccomp.Arg(0, seccomp.EQ, socket.AF_UNIX),
             seccomp.Arg(1, seccomp.MASKED_EQ, _SOCK_TYPE_MASK, socket.SOCK_DGRAM),
-        )  # fmt: skip
+        )
         _deny(f, seccomp, "socketpair", seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
     if lock_metadata:
         for name in METADATA_DENIED:

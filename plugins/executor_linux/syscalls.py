@@ -86,7 +86,9 @@ def unshare(flags: int) -> None:
     _check(_libc.unshare(flags))
 
 
-def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+def mount(
+    source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
     """``mount(2)``."""
     enc = os.fsencode
     _check(
@@ -109,11 +111,20 @@ class _MountAttr(ctypes.Structure):
     ]
 
 
-def mount_setattr(path: str, *, set_flags: int = 0, clear_flags: int = 0, recursive: bool = False) -> None:
+def mount_setattr(
+    path: str, *, set_flags: int = 0, clear_flags: int = 0, recursive: bool = False
+) -> None:
     """``mount_setattr(2)`` on the mount at ``path`` (Linux 5.12+)."""
     attr = _MountAttr(set_flags, clear_flags, 0, 0)
     flags = AT_RECURSIVE if recursive else 0
-    syscall(NR_MOUNT_SETATTR, AT_FDCWD, os.fsencode(path), flags, ctypes.byref(attr), ctypes.sizeof(attr))
+    syscall(
+        NR_MOUNT_SETATTR,
+        AT_FDCWD,
+        os.fsencode(path),
+        flags,
+        ctypes.byref(attr),
+        ctypes.sizeof(attr),
+    )
 
 
 def set_no_new_privs() -> None:

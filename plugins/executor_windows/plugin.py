@@ -32,7 +32,9 @@ class WindowsBackend:
     def probe(self, host: HostInfo) -> BackendStatus:
         """Present on Windows (to refuse precisely), absent elsewhere."""
         if host.platform != "win32":
-            return BackendStatus(available=False, reason=f"requires Windows (this host is {host.platform})")
+            return BackendStatus(
+                available=False, reason=f"requires Windows (this host is {host.platform})"
+            )
         return BackendStatus(
             available=True,
             features=frozenset(),

@@ -171,9 +171,25 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     """``executor run`` inside a private UTS+mount namespace."""
     return subprocess.run(
-        [*PRIVATE_NS, *executor_command(), "run", "--profile", profile, "--workspace", str(scene.workspace), *extra, "--", *argv],
-        capture_output=True, text=True, env=scene.env(), cwd=scene.workspace, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            *PRIVATE_NS,
+            *executor_command(),
+            "run",
+            "--profile",
+            profile,
+            "--workspace",
+            str(scene.workspace),
+            *extra,
+            "--",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        env=scene.env(),
+        cwd=scene.workspace,
+        timeout=60,
+        check=False,
+    )
 
 
 def probe_cli(scene: Scene, profile: str) -> dict[str, dict[str, str]]:
@@ -192,8 +208,11 @@ class WrappedDaemon:
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             [*PRIVATE_NS, *executor_command(), "serve", "--listen", "ws://127.0.0.1:0"],
-            stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL, env=env,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
         assert self.process.stdout is not None
         self.url = self.process.stdout.readline().decode().strip()
         assert self.url.startswith("ws://"), self.url

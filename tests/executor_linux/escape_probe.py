@@ -155,29 +155,53 @@ def probes(cfg: dict[str, Any]) -> dict[str, dict[str, Outcome]]:
     probe(
         "read_denied", lambda: read(cfg["denied_file"]), lambda: read(os.path.join(out, "seed.txt"))
     )
-    probe("dotdot", lambda: write(os.path.join(ws, "..", os.path.basename(out), "dotdot.txt")),
-          lambda: read(os.path.join(ws, "sub", "..", "seed.txt")))  # fmt: skip
-    probe("symlink_out", lambda: write(os.path.join(ws, "link-out", "via-link.txt")),
-          lambda: read(os.path.join(ws, "link-out", "seed.txt")))  # fmt: skip
+    probe(
+        "dotdot",
+        lambda: write(os.path.join(ws, "..", os.path.basename(out), "dotdot.txt")),
+        lambda: read(os.path.join(ws, "sub", "..", "seed.txt")),
+    )
+    probe(
+        "symlink_out",
+        lambda: write(os.path.join(ws, "link-out", "via-link.txt")),
+        lambda: read(os.path.join(ws, "link-out", "seed.txt")),
+    )
 
     def create_and_follow() -> None:
         link = os.path.join(ws, "fresh-link")
         os.symlink(out, link)  # read-only: this already fails, and that is the escape failing
         write(os.path.join(link, "f.txt"))
 
-    probe("create_symlink", create_and_follow,
-          (lambda: os.symlink("seed.txt", os.path.join(ws, "inner-link"))) if writable else inside_action)  # fmt: skip
-    probe("hardlink_in", lambda: os.link(os.path.join(out, "seed.txt"), os.path.join(ws, "hardlink.txt")),
-          (lambda: os.link(os.path.join(ws, "seed.txt"), os.path.join(ws, "hardlink-inner.txt"))) if writable else inside_action)  # fmt: skip
-    probe("rename_out", lambda: os.rename(os.path.join(ws, "movable.txt"), os.path.join(out, "moved-out.txt")),
-          (lambda: os.rename(os.path.join(ws, "movable.txt"), os.path.join(ws, "moved.txt"))) if writable else inside_action)  # fmt: skip
+    probe(
+        "create_symlink",
+        create_and_follow,
+        (lambda: os.symlink("seed.txt", os.path.join(ws, "inner-link")))
+        if writable
+        else inside_action,
+    )
+    probe(
+        "hardlink_in",
+        lambda: os.link(os.path.join(out, "seed.txt"), os.path.join(ws, "hardlink.txt")),
+        (lambda: os.link(os.path.join(ws, "seed.txt"), os.path.join(ws, "hardlink-inner.txt")))
+        if writable
+        else inside_action,
+    )
+    probe(
+        "rename_out",
+        lambda: os.rename(os.path.join(ws, "movable.txt"), os.path.join(out, "moved-out.txt")),
+        (lambda: os.rename(os.path.join(ws, "movable.txt"), os.path.join(ws, "moved.txt")))
+        if writable
+        else inside_action,
+    )
     probe(
         "rename_in",
         lambda: os.rename(os.path.join(out, "seed.txt"), os.path.join(ws, "moved-in.txt")),
         inside_action,
     )
-    probe("proc_self_root", lambda: write("/proc/self/root" + os.path.join(out, "proc-self.txt")),
-          lambda: read("/proc/self/root" + os.path.join(ws, "seed.txt")))  # fmt: skip
+    probe(
+        "proc_self_root",
+        lambda: write("/proc/self/root" + os.path.join(out, "proc-self.txt")),
+        lambda: read("/proc/self/root" + os.path.join(ws, "seed.txt")),
+    )
     probe(
         "proc_1_root",
         lambda: write("/proc/1/root" + os.path.join(out, "proc-1.txt")),
@@ -212,9 +236,15 @@ def probes(cfg: dict[str, Any]) -> dict[str, dict[str, Outcome]]:
         lambda: write(os.path.join(git, "hooks", "pre-commit")),
         lambda: os.listdir(os.path.join(git, "hooks")),
     )
-    probe("mkdir_codex", lambda: os.mkdir(os.path.join(ws, ".codex", "x")) if os.path.isdir(os.path.join(ws, ".codex"))
-          else os.mkdir(os.path.join(ws, ".codex")),
-          (lambda: os.mkdir(os.path.join(ws, "codex-like"))) if writable else inside_action)  # fmt: skip
+    probe(
+        "mkdir_codex",
+        lambda: (
+            os.mkdir(os.path.join(ws, ".codex", "x"))
+            if os.path.isdir(os.path.join(ws, ".codex"))
+            else os.mkdir(os.path.join(ws, ".codex"))
+        ),
+        (lambda: os.mkdir(os.path.join(ws, "codex-like"))) if writable else inside_action,
+    )
     probe("rename_git", lambda: os.rename(git, os.path.join(ws, ".git-moved")), inside_action)
     probe("tcp_connect", lambda: tcp_connect(cfg["tcp_port"]), socketpair_roundtrip)
     probe("tcp_listen", tcp_listen, socketpair_roundtrip)

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from executor_linux.backend import LinuxBackend
 
 from executor.protocol.messages import SandboxType
 from executor.sandbox.api import Command, HostInfo
 from executor.sandbox.intent import Access
 from executor.sandbox.rules import PathKind, PathRule, RuleSet
 from executor.spawn.spawner import LaunchFailed, Spawner
-from executor_linux.backend import LinuxBackend
 from tests.executor_linux.conftest import linux_sandbox_available
 from tests.sandbox.wire import context, managed, special
 from tests.support.client import WsClient, output_of
@@ -75,8 +75,15 @@ def workspace_sandbox(ws: Path) -> dict[str, Any]:
 
 def start(client: WsClient, ws: Path, argv: list[str], **extra: Any) -> dict[str, Any]:
     """Start a sandboxed process in ``ws``."""
-    params = {"processId": extra.pop("process_id", "p"), "argv": argv, "cwd": f"file://{ws}",
-              "env": {"PATH": "/usr/bin:/bin"}, "tty": False, "sandbox": workspace_sandbox(ws), **extra}  # fmt: skip
+    params = {
+        "processId": extra.pop("process_id", "p"),
+        "argv": argv,
+        "cwd": f"file://{ws}",
+        "env": {"PATH": "/usr/bin:/bin"},
+        "tty": False,
+        "sandbox": workspace_sandbox(ws),
+        **extra,
+    }
     result: dict[str, Any] = client.request("process/start", params)
     return result
 
@@ -101,13 +108,21 @@ def test_successful_sandboxed_command_is_not_denied(session: WsClient, ws: Path)
     start(session, ws, ["/bin/sh", "-c", "echo ok > f && cat f"])
     events = session.process_events("p")
     assert output_of(events, "stdout") == b"ok\n"
-    assert events[-2]["params"] == {"processId": "p", "seq": events[-2]["params"]["seq"], "exitCode": 0, "sandboxDenied": False}
+    assert events[-2]["params"] == {
+        "processId": "p",
+        "seq": events[-2]["params"]["seq"],
+        "exitCode": 0,
+        "sandboxDenied": False,
+    }
 
 
 def test_pty_works_under_the_sandbox(session: WsClient, ws: Path) -> None:
     """A terminal inside the sandbox: controlling tty, 24x80, echo, input."""
     start(session, ws, ["/bin/sh", "-c", "tty; stty size; read x; echo got:$x"], tty=True)
-    session.request("process/write", {"processId": "p", "chunk": base64.b64encode(b"hello\n").decode(), "writeId": "w"})
+    session.request(
+        "process/write",
+        {"processId": "p", "chunk": base64.b64encode(b"hello\n").decode(), "writeId": "w"},
+    )
     events = session.process_events("p")
     text = output_of(events, "pty").decode()
     assert "/dev/pts/" in text and "24 80" in text and "got:hello" in text
@@ -141,9 +156,21 @@ def test_exit_codes_and_signal_deaths_are_relayed(session: WsClient, ws: Path) -
 
 def test_missing_program_is_an_exec_failure_not_a_denial(session: WsClient, ws: Path) -> None:
     """A sandboxed command that does not exist fails to start (the reference called it denied)."""
-    response = session.call("process/start", {"processId": "m", "argv": ["/no/such/tool"], "cwd": f"file://{ws}",
-                                              "env": {}, "tty": False, "sandbox": workspace_sandbox(ws)})  # fmt: skip
-    assert response["error"] == {"code": -32603, "message": "No such file or directory (os error 2)"}
+    response = session.call(
+        "process/start",
+        {
+            "processId": "m",
+            "argv": ["/no/such/tool"],
+            "cwd": f"file://{ws}",
+            "env": {},
+            "tty": False,
+            "sandbox": workspace_sandbox(ws),
+        },
+    )
+    assert response["error"] == {
+        "code": -32603,
+        "message": "No such file or directory (os error 2)",
+    }
 
 
 def test_program_hidden_by_the_sandbox_fails_with_the_os_error(session: WsClient, ws: Path) -> None:
@@ -151,15 +178,30 @@ def test_program_hidden_by_the_sandbox_fails_with_the_os_error(session: WsClient
     tool = ws.parent / "outside" / "tool.sh"
     tool.write_text("#!/bin/sh\ntouch ran\n")
     tool.chmod(0o755)
-    sandbox = context(managed(special("minimal", "read"), special("project_roots", "write")), cwd=str(ws), roots=(str(ws),))
-    response = session.call("process/start", {"processId": "h", "argv": [str(tool)], "cwd": f"file://{ws}",
-                                              "env": {}, "tty": False, "sandbox": sandbox})  # fmt: skip
+    sandbox = context(
+        managed(special("minimal", "read"), special("project_roots", "write")),
+        cwd=str(ws),
+        roots=(str(ws),),
+    )
+    response = session.call(
+        "process/start",
+        {
+            "processId": "h",
+            "argv": [str(tool)],
+            "cwd": f"file://{ws}",
+            "env": {},
+            "tty": False,
+            "sandbox": sandbox,
+        },
+    )
     assert response["error"]["code"] == -32603
     assert "Permission denied (os error 13)" in response["error"]["message"]
     assert not (ws / "ran").exists()
 
 
-def test_missing_protected_names_are_placeholders_only_while_needed(session: WsClient, ws: Path) -> None:
+def test_missing_protected_names_are_placeholders_only_while_needed(
+    session: WsClient, ws: Path
+) -> None:
     """`.codex` cannot be created inside; on the host it exists only while a command runs."""
     start(session, ws, ["/bin/sh", "-c", "mkdir .codex/x || echo refused; sleep 0.3"])
     events = session.process_events("p")
@@ -177,16 +219,28 @@ def test_launch_layers_fail_precisely(tmp_path: Path) -> None:
     swapped.symlink_to(real)
     rules = RuleSet(
         filesystem_restricted=True,
-        rules=(PathRule("/", Access.READ), PathRule(str(swapped), Access.WRITE, kind=PathKind.DIRECTORY)),
+        rules=(
+            PathRule("/", Access.READ),
+            PathRule(str(swapped), Access.WRITE, kind=PathKind.DIRECTORY),
+        ),
     )
     backend = LinuxBackend(state_dir=str(tmp_path / "state"))
     assert backend.probe(HostInfo.current()).available
-    plan = backend.prepare(rules, Command(executable="/bin/true", argv=("true",), env={}, cwd="/", tty=False))
+    plan = backend.prepare(
+        rules, Command(executable="/bin/true", argv=("true",), env={}, cwd="/", tty=False)
+    )
 
     async def launch() -> LaunchFailed:
         spawner = Spawner()
         try:
-            request = Command(executable=plan.executable, argv=plan.argv, env={}, cwd="/", tty=False, setup=plan.setup)
+            request = Command(
+                executable=plan.executable,
+                argv=plan.argv,
+                env={},
+                cwd="/",
+                tty=False,
+                setup=plan.setup,
+            )
             started = spawner.launch(request, (0, 1, 2)).started
             with pytest.raises(LaunchFailed) as caught:
                 await started

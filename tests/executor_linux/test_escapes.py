@@ -60,12 +60,40 @@ HOST_CHECKS: dict[str, Callable[[Scene], bool]] = {
 #: Probes whose write may land in a private copy (a per-sandbox tmpfs): the host check decides.
 PRIVATE_COPY = {"dev_shm"}
 PROBES = [
-    "write_outside", "overwrite_outside", "read_denied", "dotdot", "symlink_out", "create_symlink",
-    "hardlink_in", "rename_out", "rename_in", "proc_self_root", "proc_1_root", "proc_pid_root", "chmod", "chown",
-    "utime", "setxattr", "sethostname", "mount", "git_write", "git_hooks", "mkdir_codex",
-    "rename_git", "tcp_connect", "tcp_listen", "udp_send", "unix_pathname", "unix_abstract",
-    "signal_host", "proc_environ", "ptrace", "io_uring", "nested_userns", "dev_shm",
-]  # fmt: skip
+    "write_outside",
+    "overwrite_outside",
+    "read_denied",
+    "dotdot",
+    "symlink_out",
+    "create_symlink",
+    "hardlink_in",
+    "rename_out",
+    "rename_in",
+    "proc_self_root",
+    "proc_1_root",
+    "proc_pid_root",
+    "chmod",
+    "chown",
+    "utime",
+    "setxattr",
+    "sethostname",
+    "mount",
+    "git_write",
+    "git_hooks",
+    "mkdir_codex",
+    "rename_git",
+    "tcp_connect",
+    "tcp_listen",
+    "udp_send",
+    "unix_pathname",
+    "unix_abstract",
+    "signal_host",
+    "proc_environ",
+    "ptrace",
+    "io_uring",
+    "nested_userns",
+    "dev_shm",
+]
 
 
 #: Without namespaces (EXECUTOR_LINUX_NAMESPACES=off: Landlock, seccomp and dropped
@@ -94,7 +122,11 @@ def outcome(
             env["EXECUTOR_LINUX_NAMESPACES"] = "off"
         daemon = WrappedDaemon(env)
     try:
-        report = probe_daemon(scene, profile, daemon) if daemon is not None else probe_cli(scene, profile)
+        report = (
+            probe_daemon(scene, profile, daemon)
+            if daemon is not None
+            else probe_cli(scene, profile)
+        )
         yield scene, report, scene.pending_connections(), driver
     finally:
         if daemon is not None:
@@ -106,7 +138,7 @@ def outcome(
 def test_escape_is_denied_and_counterpart_works(
     outcome: tuple[Scene, dict[str, dict[str, str]], list[str], str], probe: str
 ) -> None:
-    """The escape fails inside the sandbox, the legitimate neighbour succeeds, the host is intact."""
+    """The escape fails inside, the legitimate neighbour succeeds, the host is intact."""
     scene, report, _hits, driver = outcome
     result = report[probe]
     if driver == "daemon-no-namespaces" and probe in NOT_ENFORCED_WITHOUT_NAMESPACES:
@@ -131,7 +163,9 @@ def test_nothing_reached_the_host_listeners(
     assert hits == []
 
 
-def test_hostname_is_unchanged(outcome: tuple[Scene, dict[str, dict[str, str]], list[str], str]) -> None:
+def test_hostname_is_unchanged(
+    outcome: tuple[Scene, dict[str, dict[str, str]], list[str], str],
+) -> None:
     """sethostname failed, so the (private) hostname seen inside is not the attacker's."""
     _scene, report, _hits, _driver = outcome
     assert report["hostname_after"]["escape"] != "escaped"

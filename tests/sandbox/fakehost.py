@@ -22,7 +22,8 @@ class FakeHost:
         home: str = "/home/u",
     ) -> None:
         self.dirs = {"/"}
-        for directory in (*dirs, *hidden, "/tmp", "/bin", "/etc", "/lib", "/usr"):
+        for start in (*dirs, *hidden, "/tmp", "/bin", "/etc", "/lib", "/usr"):
+            directory = start
             while directory != "/":
                 self.dirs.add(directory)
                 directory = posixpath.dirname(directory)

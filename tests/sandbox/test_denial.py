@@ -29,7 +29,9 @@ MATRIX = [
 ]
 
 
-@pytest.mark.parametrize(("sandboxed", "code", "output", "denied"), [m[1:] for m in MATRIX], ids=[m[0] for m in MATRIX])
+@pytest.mark.parametrize(
+    ("sandboxed", "code", "output", "denied"), [m[1:] for m in MATRIX], ids=[m[0] for m in MATRIX]
+)
 def test_classify_exit(sandboxed: bool, code: int, output: str, denied: bool) -> None:
     """A sandboxed exit counts as denied only on evidence of a denial."""
     assert classify(sandboxed=sandboxed, exit_code=code, output=output.encode()).denied is denied
@@ -48,7 +50,10 @@ def test_backend_evidence_wins_over_the_heuristic() -> None:
 
 def test_reason_names_the_keyword() -> None:
     """The reason codes of the reference are reported."""
-    assert classify(sandboxed=True, exit_code=1, output=b"x: Read-only file system").reason == "read_only_file_system"
+    assert (
+        classify(sandboxed=True, exit_code=1, output=b"x: Read-only file system").reason
+        == "read_only_file_system"
+    )
     assert classify(sandboxed=True, exit_code=159, output=b"").reason == "sigsys"
 
 

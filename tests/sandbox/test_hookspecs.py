@@ -32,7 +32,7 @@ def test_every_hookspec_is_documented(spec: object) -> None:
     """Each hookspec has a docstring, and firstresult ones say so."""
     doc = inspect.getdoc(spec) or ""
     assert len(doc) > 80
-    options = getattr(spec, "executor_spec")
+    options = spec.executor_spec
     if options.get("firstresult"):
         assert "first non-None result" in doc
 
@@ -40,7 +40,7 @@ def test_every_hookspec_is_documented(spec: object) -> None:
 def test_builtin_defaults_are_trylast() -> None:
     """Any plugin can override the built-in implementations."""
     for name in ("executor_select_backend", "executor_prepare_launch"):
-        assert getattr(getattr(defaults, name), "executor_impl")["trylast"]
+        assert getattr(defaults, name).executor_impl["trylast"]
 
 
 def test_misspelled_hooks_are_caught() -> None:

@@ -47,7 +47,10 @@ def test_every_entry_kind_parses() -> None:
             special("current_working_directory", "write", "docs"),
             special("tmpdir", "write"),
             special("slash_tmp", "write"),
-            {"path": {"type": "special", "value": {"kind": "unknown", "path": ":future"}}, "access": "none"},
+            {
+                "path": {"type": "special", "value": {"kind": "unknown", "path": ":future"}},
+                "access": "none",
+            },
             depth=3,
         ),
         cwd="/ws",
@@ -67,7 +70,10 @@ def test_policy_context_is_the_same_as_top_level_fields() -> None:
     """`policyContext.cwd/workspaceRoots` is the newer spelling of `cwd/workspaceRoots`."""
     top = parse_sandbox(context(managed(special("root", "read")), cwd="/ws", roots=("/ws",)))
     nested = parse_sandbox(
-        context(managed(special("root", "read")), policyContext={"cwd": "file:///ws", "workspaceRoots": ["file:///ws"]})
+        context(
+            managed(special("root", "read")),
+            policyContext={"cwd": "file:///ws", "workspaceRoots": ["file:///ws"]},
+        )
     )
     assert (top.cwd, top.workspace_roots) == (nested.cwd, nested.workspace_roots)
 
@@ -80,27 +86,94 @@ def test_disabled_and_external_profiles() -> None:
 
 
 BAD: list[tuple[str, dict[str, Any], str]] = [
-    ("no-windows-level", {"permissions": {"type": "disabled"}}, "missing field `windowsSandboxLevel` at `sandbox`"),
-    ("mxc", context({"type": "disabled"}, windowsSandboxLevel="mxc"), "native MXC is unavailable on this executor"),
-    ("unknown-type", context({"type": "bogus"}), "unknown variant `bogus`, expected one of `managed`, `disabled`, `external` at `sandbox.permissions.type`"),
-    ("no-network", context({"type": "external"}), "missing field `network` at `sandbox.permissions`"),
-    ("bad-access", context(managed({"path": {"type": "special", "value": {"kind": "root"}}, "access": "all"})), "unknown variant `all`"),
-    ("glob-write", context(managed({**glob("*.env"), "access": "write"})), "glob file system permissions only support deny-read entries"),
-    ("zero-depth", context(managed(depth=0)), "expected a nonzero usize at `sandbox.permissions.file_system.glob_scan_max_depth`"),
-    ("dotdot-subpath", context(managed(special("project_roots", "write", "../etc"))), "must not contain `..`"),
-    ("absolute-subpath", context(managed(special("project_roots", "write", "/etc"))), "must be relative"),
-    ("native-path", context(managed({"path": {"type": "path", "path": "/etc"}, "access": "read"})), "relative URL without a base"),
-    ("remote-host", context(managed(special("root", "read")), cwd="/x", workspaceRoots=["file://evil/ws"]), "is not valid on this exec-server host"),
-    ("bad-missing", context(managed({**special("root", "read"), "missing_path_behavior": "bogus"})), "unknown variant `bogus`, expected `skip`"),
-    ("entries-not-list", context({"type": "managed", "file_system": {"type": "restricted", "entries": {}}, "network": "enabled"}), "expected a sequence"),
+    (
+        "no-windows-level",
+        {"permissions": {"type": "disabled"}},
+        "missing field `windowsSandboxLevel` at `sandbox`",
+    ),
+    (
+        "mxc",
+        context({"type": "disabled"}, windowsSandboxLevel="mxc"),
+        "native MXC is unavailable on this executor",
+    ),
+    (
+        "unknown-type",
+        context({"type": "bogus"}),
+        "unknown variant `bogus`, expected one of `managed`, `disabled`, `external`"
+        " at `sandbox.permissions.type`",
+    ),
+    (
+        "no-network",
+        context({"type": "external"}),
+        "missing field `network` at `sandbox.permissions`",
+    ),
+    (
+        "bad-access",
+        context(managed({"path": {"type": "special", "value": {"kind": "root"}}, "access": "all"})),
+        "unknown variant `all`",
+    ),
+    (
+        "glob-write",
+        context(managed({**glob("*.env"), "access": "write"})),
+        "glob file system permissions only support deny-read entries",
+    ),
+    (
+        "zero-depth",
+        context(managed(depth=0)),
+        "expected a nonzero usize at `sandbox.permissions.file_system.glob_scan_max_depth`",
+    ),
+    (
+        "dotdot-subpath",
+        context(managed(special("project_roots", "write", "../etc"))),
+        "must not contain `..`",
+    ),
+    (
+        "absolute-subpath",
+        context(managed(special("project_roots", "write", "/etc"))),
+        "must be relative",
+    ),
+    (
+        "native-path",
+        context(managed({"path": {"type": "path", "path": "/etc"}, "access": "read"})),
+        "relative URL without a base",
+    ),
+    (
+        "remote-host",
+        context(managed(special("root", "read")), cwd="/x", workspaceRoots=["file://evil/ws"]),
+        "is not valid on this exec-server host",
+    ),
+    (
+        "bad-missing",
+        context(managed({**special("root", "read"), "missing_path_behavior": "bogus"})),
+        "unknown variant `bogus`, expected `skip`",
+    ),
+    (
+        "entries-not-list",
+        context(
+            {
+                "type": "managed",
+                "file_system": {"type": "restricted", "entries": {}},
+                "network": "enabled",
+            }
+        ),
+        "expected a sequence",
+    ),
     ("too-many", context(managed(*[special("root", "read")] * 5000)), "at most 4096 entries"),
     ("not-object", [], "expected struct FileSystemSandboxContext"),  # type: ignore[dict-item]
-    ("bad-path-type", context(managed({"path": {"type": "file"}, "access": "read"})), "expected one of `path`, `glob_pattern`, `special`"),
+    (
+        "bad-path-type",
+        context(managed({"path": {"type": "file"}, "access": "read"})),
+        "expected one of `path`, `glob_pattern`, `special`",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("sandbox", "message"), [(b[1], b[2]) for b in BAD], ids=[b[0] for b in BAD])
-def test_malformed_sandbox_is_refused_naming_the_field(sandbox: dict[str, Any], message: str) -> None:
+@pytest.mark.parametrize(
+    ("sandbox", "message"), [(b[1], b[2]) for b in BAD], ids=[b[0] for b in BAD]
+)
+def test_malformed_sandbox_is_refused_naming_the_field(
+    sandbox: dict[str, Any], message: str
+) -> None:
     """Every malformed sandbox is -32602 with a message that says what and where."""
     with pytest.raises(InvalidParams) as caught:
         parse_sandbox(sandbox)

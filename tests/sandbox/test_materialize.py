@@ -14,7 +14,14 @@ from tests.sandbox.fakehost import FakeHost
 from tests.sandbox.wire import REAL_CLIENT_SANDBOX, context, glob, managed, path, special
 
 HOST = FakeHost(
-    dirs=["/ws/.git/hooks", "/ws/sub/deeper", "/ws/private", "/opt", "/home/u/.ssh", "/R/workspace"],
+    dirs=[
+        "/ws/.git/hooks",
+        "/ws/sub/deeper",
+        "/ws/private",
+        "/opt",
+        "/home/u/.ssh",
+        "/R/workspace",
+    ],
     files=["/ws/top.env", "/ws/top.key", "/ws/sub/deeper/d.key", "/ws/sub/s.env", "/ws/w.txt"],
 )
 PROTECTED = (".git", ".agents", ".codex", ".aws")
@@ -43,13 +50,21 @@ def test_disabled_means_no_sandbox() -> None:
     ("permissions", "network"),
     [
         ({"type": "external", "network": "restricted"}, NetworkMode.RESTRICTED),
-        ({"type": "managed", "file_system": {"type": "unrestricted"}, "network": "restricted"}, NetworkMode.RESTRICTED),
-        ({"type": "managed", "file_system": {"type": "unrestricted"}, "network": "enabled"}, NetworkMode.ENABLED),
+        (
+            {"type": "managed", "file_system": {"type": "unrestricted"}, "network": "restricted"},
+            NetworkMode.RESTRICTED,
+        ),
+        (
+            {"type": "managed", "file_system": {"type": "unrestricted"}, "network": "enabled"},
+            NetworkMode.ENABLED,
+        ),
         (managed(special("root", "write"), network="enabled"), NetworkMode.ENABLED),
     ],
     ids=["external", "unrestricted-net-off", "unrestricted-net-on", "full-disk-write"],
 )
-def test_unrestricted_filesystem_keeps_only_the_network_part(permissions: dict[str, Any], network: NetworkMode) -> None:
+def test_unrestricted_filesystem_keeps_only_the_network_part(
+    permissions: dict[str, Any], network: NetworkMode
+) -> None:
     """external / unrestricted / `:root = write` alone: no filesystem rules, network as asked."""
     result = rules(context(permissions))
     assert not result.filesystem_restricted
@@ -68,7 +83,16 @@ def test_read_only_is_root_read_and_nothing_else() -> None:
 
 def test_project_roots_without_workspace_roots_expand_to_nothing() -> None:
     """With only a cwd, `:project_roots` is dropped (the cwd is not substituted); /tmp stays."""
-    result = rules(context(managed(special("root", "read"), special("project_roots", "write"), special("slash_tmp", "write")), cwd="/ws"))
+    result = rules(
+        context(
+            managed(
+                special("root", "read"),
+                special("project_roots", "write"),
+                special("slash_tmp", "write"),
+            ),
+            cwd="/ws",
+        )
+    )
     assert result.access_of("/ws/w.txt") is Access.READ
     assert result.access_of("/tmp/x") is Access.WRITE
     assert any("expands to nothing" in note for note in result.notes)
@@ -77,8 +101,15 @@ def test_project_roots_without_workspace_roots_expand_to_nothing() -> None:
 @pytest.mark.parametrize(
     "sandbox",
     [
-        context(managed(special("root", "read"), special("project_roots", "write")), cwd="/ws", roots=("/ws",)),
-        context(managed(special("root", "read"), special("project_roots", "write")), policyContext={"cwd": "file:///ws", "workspaceRoots": ["file:///ws"]}),
+        context(
+            managed(special("root", "read"), special("project_roots", "write")),
+            cwd="/ws",
+            roots=("/ws",),
+        ),
+        context(
+            managed(special("root", "read"), special("project_roots", "write")),
+            policyContext={"cwd": "file:///ws", "workspaceRoots": ["file:///ws"]},
+        ),
         context(managed(special("root", "read"), path("/ws", "write")), cwd="/ws"),
     ],
     ids=["workspaceRoots", "policyContext", "explicit-path"],
@@ -97,7 +128,10 @@ def test_workspace_write_protects_metadata(sandbox: dict[str, Any]) -> None:
 
 def test_no_cwd_no_roots_means_nothing_writable() -> None:
     """`[:root read, :project_roots write]` with neither cwd nor roots writes nowhere."""
-    result = rules(context(managed(special("root", "read"), special("project_roots", "write"))), process_cwd="/ws")
+    result = rules(
+        context(managed(special("root", "read"), special("project_roots", "write"))),
+        process_cwd="/ws",
+    )
     assert not any(rule.access is Access.WRITE for rule in result.rules)
 
 
@@ -118,7 +152,10 @@ def test_empty_entries_deny_everything() -> None:
 
 def test_unknown_special_entries_are_ignored() -> None:
     """An `unknown` kind (from a newer client) changes nothing, and says so."""
-    unknown = {"path": {"type": "special", "value": {"kind": "unknown", "path": ":future"}}, "access": "write"}
+    unknown = {
+        "path": {"type": "special", "value": {"kind": "unknown", "path": ":future"}},
+        "access": "write",
+    }
     result = rules(context(managed(special("root", "read"), unknown)))
     assert table(result) == {"/": "read", "/run/executor": "deny"}
     assert any(":future" in note for note in result.notes)
@@ -127,7 +164,17 @@ def test_unknown_special_entries_are_ignored() -> None:
 def test_most_specific_wins_and_reopens_inside_git() -> None:
     """`[:root read, /ws write, /ws/private deny, /ws/.git/allowed write]` (§7.5)."""
     host = FakeHost(dirs=["/ws/.git/allowed", "/ws/private"])
-    result = rules(context(managed(special("root", "read"), path("/ws", "write"), path("/ws/private", "deny"), path("/ws/.git/allowed", "write"))), host)
+    result = rules(
+        context(
+            managed(
+                special("root", "read"),
+                path("/ws", "write"),
+                path("/ws/private", "deny"),
+                path("/ws/.git/allowed", "write"),
+            )
+        ),
+        host,
+    )
     assert result.access_of("/ws/w.txt") is Access.WRITE
     assert result.access_of("/ws/.git/x") is Access.READ
     assert result.access_of("/ws/.git/allowed/y") is Access.WRITE
@@ -145,13 +192,34 @@ def test_root_write_with_a_deny_protects_root_names() -> None:
 
 def test_ties_at_one_path_go_deny_write_read() -> None:
     """At the same path, deny beats write beats read."""
-    assert rules(context(managed(special("root", "read"), path("/ws", "read"), path("/ws", "write")))).access_of("/ws/w.txt") is Access.WRITE
-    assert rules(context(managed(special("root", "read"), path("/ws", "write"), path("/ws", "deny")))).access_of("/ws/w.txt") is Access.DENY
+    assert (
+        rules(
+            context(managed(special("root", "read"), path("/ws", "read"), path("/ws", "write")))
+        ).access_of("/ws/w.txt")
+        is Access.WRITE
+    )
+    assert (
+        rules(
+            context(managed(special("root", "read"), path("/ws", "write"), path("/ws", "deny")))
+        ).access_of("/ws/w.txt")
+        is Access.DENY
+    )
 
 
 def test_deny_globs_expand_existing_matches_up_to_depth() -> None:
     """`**/*.key` with depth 1 masks /ws/top.key but not /ws/sub/deeper/d.key; the pattern stays."""
-    result = rules(context(managed(special("root", "read"), special("project_roots", "write"), glob("**/*.key"), depth=1), cwd="/ws", roots=("/ws",)))
+    result = rules(
+        context(
+            managed(
+                special("root", "read"),
+                special("project_roots", "write"),
+                glob("**/*.key"),
+                depth=1,
+            ),
+            cwd="/ws",
+            roots=("/ws",),
+        )
+    )
     assert result.access_of("/ws/top.key") is Access.DENY
     assert result.access_of("/ws/sub/deeper/d.key") is Access.WRITE
     assert result.deny_globs == ("/ws/**/*.key",)
@@ -161,30 +229,58 @@ def test_deny_globs_expand_existing_matches_up_to_depth() -> None:
 
 def test_deny_glob_without_depth_scans_every_level() -> None:
     """Without `glob_scan_max_depth` all levels are scanned; relative globs use the policy cwd."""
-    result = rules(context(managed(special("root", "read"), special("project_roots", "write"), glob("**/*.env")), cwd="/ws", roots=("/ws",)))
-    assert {r.path for r in result.rules if r.origin is RuleOrigin.DENY_GLOB} == {"/ws/top.env", "/ws/sub/s.env"}
+    result = rules(
+        context(
+            managed(special("root", "read"), special("project_roots", "write"), glob("**/*.env")),
+            cwd="/ws",
+            roots=("/ws",),
+        )
+    )
+    assert {r.path for r in result.rules if r.origin is RuleOrigin.DENY_GLOB} == {
+        "/ws/top.env",
+        "/ws/sub/s.env",
+    }
 
 
 def test_home_and_project_root_glob_forms() -> None:
     """`~/` globs use userHomeDir; `codex-project-roots://` globs each workspace root."""
-    sandbox = context(managed(special("root", "read"), glob("~/.ssh/**"), glob("codex-project-roots://**/*.key")), cwd="/ws", roots=("/ws", "/opt"), userHomeDir="file:///home/u")
+    sandbox = context(
+        managed(special("root", "read"), glob("~/.ssh/**"), glob("codex-project-roots://**/*.key")),
+        cwd="/ws",
+        roots=("/ws", "/opt"),
+        userHomeDir="file:///home/u",
+    )
     assert rules(sandbox).deny_globs == ("/home/u/.ssh/**", "/ws/**/*.key", "/opt/**/*.key")
 
 
 def test_tmpdir_comes_from_the_child_for_processes_and_the_context_for_fs() -> None:
     """`:tmpdir` is the child's TMPDIR for processes, `temporaryDirectories` for fs calls."""
     host = FakeHost(dirs=["/ws", "/child-tmp", "/ctx-tmp"])
-    sandbox = context(managed(special("root", "read"), special("tmpdir", "write")), cwd="/ws", temporaryDirectories=["file:///ctx-tmp"])
+    sandbox = context(
+        managed(special("root", "read"), special("tmpdir", "write")),
+        cwd="/ws",
+        temporaryDirectories=["file:///ctx-tmp"],
+    )
     process = rules(sandbox, host, child_env={"TMPDIR": "/child-tmp"})
-    assert process.access_of("/child-tmp/x") is Access.WRITE and process.access_of("/ctx-tmp/x") is Access.READ
+    assert (
+        process.access_of("/child-tmp/x") is Access.WRITE
+        and process.access_of("/ctx-tmp/x") is Access.READ
+    )
     fs = rules(sandbox, host, purpose=Purpose.FILESYSTEM)
-    assert fs.access_of("/ctx-tmp/x") is Access.WRITE and fs.access_of("/child-tmp/x") is Access.READ
+    assert (
+        fs.access_of("/ctx-tmp/x") is Access.WRITE and fs.access_of("/child-tmp/x") is Access.READ
+    )
 
 
 def test_filesystem_calls_need_a_cwd_for_dynamic_entries() -> None:
     """An fs sandbox with `:project_roots` and no cwd is the documented -32602."""
-    with pytest.raises(InvalidParams, match="file system sandbox context with dynamic permissions requires cwd"):
-        rules(context(managed(special("project_roots", "write")), roots=("/ws",)), purpose=Purpose.FILESYSTEM)
+    with pytest.raises(
+        InvalidParams, match="file system sandbox context with dynamic permissions requires cwd"
+    ):
+        rules(
+            context(managed(special("project_roots", "write")), roots=("/ws",)),
+            purpose=Purpose.FILESYSTEM,
+        )
 
 
 def test_gitdir_pointer_target_is_protected() -> None:
@@ -204,7 +300,13 @@ def test_executor_state_is_always_hidden() -> None:
 
 def test_skip_if_missing_drops_the_entry() -> None:
     """`missing_path_behavior: skip` ignores entries for paths that do not exist."""
-    result = rules(context(managed(special("root", "read"), {**path("/nope", "deny"), "missing_path_behavior": "skip"})))
+    result = rules(
+        context(
+            managed(
+                special("root", "read"), {**path("/nope", "deny"), "missing_path_behavior": "skip"}
+            )
+        )
+    )
     assert "/nope" not in table(result)
 
 
@@ -221,7 +323,18 @@ def test_real_client_payload_materializes_like_the_reference() -> None:
 
 def test_legacy_workspace_write_with_writable_roots() -> None:
     """sandbox.md §1.9: every writable root gets the metadata protection, /opt included."""
-    result = rules(context(managed(special("root", "read"), special("project_roots", "write"), path("/opt", "write"), special("slash_tmp", "write")), cwd="/ws", roots=("/ws",)))
+    result = rules(
+        context(
+            managed(
+                special("root", "read"),
+                special("project_roots", "write"),
+                path("/opt", "write"),
+                special("slash_tmp", "write"),
+            ),
+            cwd="/ws",
+            roots=("/ws",),
+        )
+    )
     for root in ("/ws", "/opt", "/tmp"):
         for name in PROTECTED:
             assert result.access_of(f"{root}/{name}/x") is Access.READ, (root, name)

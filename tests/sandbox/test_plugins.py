@@ -24,7 +24,11 @@ pytestmark = pytest.mark.skipif(
 
 def names() -> list[str]:
     """Names of the plugins the manager loaded."""
-    return [name for name, plugin in get_plugin_manager(blocked_from_env()).list_name_plugin() if plugin is not None]
+    return [
+        name
+        for name, plugin in get_plugin_manager(blocked_from_env()).list_name_plugin()
+        if plugin is not None
+    ]
 
 
 def test_first_party_backends_register_through_the_entry_point_group() -> None:
@@ -69,7 +73,10 @@ def run_in_daemon(env: dict[str, str], argv: list[str]) -> tuple[str, str]:
 
 def test_selected_third_party_backend_plans_real_launches() -> None:
     """Over the wire: the wrapper planned the launch (marker) and it is still sandboxed."""
-    kind, out = run_in_daemon({"EXECUTOR_TEST_BACKEND": "select"}, ["/bin/sh", "-c", "echo $EXECUTOR_TEST_BACKEND_PLANNED; touch /tmp/x-$$ || echo denied"])
+    kind, out = run_in_daemon(
+        {"EXECUTOR_TEST_BACKEND": "select"},
+        ["/bin/sh", "-c", "echo $EXECUTOR_TEST_BACKEND_PLANNED; touch /tmp/x-$$ || echo denied"],
+    )
     assert kind == "linuxSeccomp"
     assert out.split() == ["1", "denied"]
 
@@ -85,7 +92,9 @@ def test_blocked_third_party_backend_is_not_used() -> None:
 def test_executor_backends_lists_every_plugin() -> None:
     """`executor backends` shows discovered plugins and marks the selected backend."""
     env = {**os.environ, "EXECUTOR_TEST_BACKEND": "select"}
-    result = subprocess.run([*executor_command(), "backends"], capture_output=True, text=True, env=env, check=True)
+    result = subprocess.run(
+        [*executor_command(), "backends"], capture_output=True, text=True, env=env, check=True
+    )
     assert "testbackend" in result.stdout.splitlines()[0]
     assert any(line.startswith("* test-wrapper") for line in result.stdout.splitlines())
     assert json.dumps(result.returncode) == "0"

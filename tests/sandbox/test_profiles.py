@@ -33,7 +33,12 @@ def test_workspace_matches_the_reference_workspace_write() -> None:
     profile = default_library().get("workspace")
     assert profile.permissions.network is NetworkMode.RESTRICTED
     host = FakeHost(dirs=["/ws/.git", "/t"])
-    rules = materialize(profile.intent(workspace_roots=("/ws",)), host, process_cwd="/ws", child_env={"TMPDIR": "/t"})
+    rules = materialize(
+        profile.intent(workspace_roots=("/ws",)),
+        host,
+        process_cwd="/ws",
+        child_env={"TMPDIR": "/t"},
+    )
     assert rules is not None
     assert rules.access_of("/ws/a") is Access.WRITE
     assert rules.access_of("/ws/.git/config") is Access.READ
@@ -57,11 +62,27 @@ def write(directory: Path, name: str, text: str) -> Path:
 
 BAD = [
     ("unknown-key", 'colour = "red"', "colour: unknown key"),
-    ("bad-access", '[filesystem]\n":root" = "all"', 'filesystem.":root": access must be one of read, write, deny'),
-    ("write-glob", '[filesystem]\n"/srv/**" = "write"', 'filesystem."/srv/**": globs only support deny access'),
-    ("relative-path", '[filesystem]\n"srv" = "read"', "must be absolute, use ~/..., or start with :"),
+    (
+        "bad-access",
+        '[filesystem]\n":root" = "all"',
+        'filesystem.":root": access must be one of read, write, deny',
+    ),
+    (
+        "write-glob",
+        '[filesystem]\n"/srv/**" = "write"',
+        'filesystem."/srv/**": globs only support deny access',
+    ),
+    (
+        "relative-path",
+        '[filesystem]\n"srv" = "read"',
+        "must be absolute, use ~/..., or start with :",
+    ),
     ("unknown-special", '[filesystem]\n":everything" = "read"', "unknown special path"),
-    ("dotdot-in-workspace", '[filesystem.":workspace_roots"]\n"../up" = "write"', "must be relative and must not contain .."),
+    (
+        "dotdot-in-workspace",
+        '[filesystem.":workspace_roots"]\n"../up" = "write"',
+        "must be relative and must not contain ..",
+    ),
     ("network-key", "[network]\nmode = 1", "network.mode: unknown key"),
     ("network-value", '[network]\nenabled = "yes"', "network.enabled: must be true or false"),
     ("zero-depth", "glob_scan_max_depth = 0", "glob_scan_max_depth: must be a positive integer"),
@@ -91,7 +112,11 @@ def test_extends_cycles_are_reported(tmp_path: Path) -> None:
 
 def test_extends_merges_tables(tmp_path: Path) -> None:
     """A child overrides and adds keys of its parent's tables."""
-    write(tmp_path, "base", '[filesystem]\n":root" = "read"\n"/srv" = "write"\n[network]\nenabled = true')
+    write(
+        tmp_path,
+        "base",
+        '[filesystem]\n":root" = "read"\n"/srv" = "write"\n[network]\nenabled = true',
+    )
     write(tmp_path, "child", 'extends = "base"\n[filesystem]\n"/srv" = "read"\n"~/.ssh" = "deny"')
     profile = ProfileLibrary([tmp_path]).get("child")
     assert profile.permissions.network is NetworkMode.ENABLED
@@ -100,7 +125,9 @@ def test_extends_merges_tables(tmp_path: Path) -> None:
     assert Access.WRITE not in entries.values()
 
 
-def test_extra_directories_override_shipped_profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_extra_directories_override_shipped_profiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """EXECUTOR_PROFILES_DIR adds profiles and may replace shipped ones."""
     write(tmp_path, "read-only", 'description = "site policy"\n[filesystem]\n":root" = "read"')
     monkeypatch.setenv("EXECUTOR_PROFILES_DIR", str(tmp_path))

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def special(kind: str, access: str, subpath: str | None = None, skip: bool = False) -> dict[str, Any]:
+def special(
+    kind: str, access: str, subpath: str | None = None, skip: bool = False
+) -> dict[str, Any]:
     """A special-path entry."""
     value: dict[str, Any] = {"kind": kind}
     if subpath is not None:
@@ -26,7 +28,9 @@ def glob(pattern: str) -> dict[str, Any]:
     return {"path": {"type": "glob_pattern", "pattern": pattern}, "access": "deny"}
 
 
-def managed(*entries: dict[str, Any], network: str = "restricted", depth: int | None = None) -> dict[str, Any]:
+def managed(
+    *entries: dict[str, Any], network: str = "restricted", depth: int | None = None
+) -> dict[str, Any]:
     """A managed, filesystem-restricted permission profile."""
     fs: dict[str, Any] = {"type": "restricted", "entries": list(entries)}
     if depth is not None:
@@ -34,7 +38,13 @@ def managed(*entries: dict[str, Any], network: str = "restricted", depth: int | 
     return {"type": "managed", "file_system": fs, "network": network}
 
 
-def context(permissions: dict[str, Any], *, cwd: str | None = None, roots: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
+def context(
+    permissions: dict[str, Any],
+    *,
+    cwd: str | None = None,
+    roots: tuple[str, ...] = (),
+    **extra: Any,
+) -> dict[str, Any]:
     """A ``sandbox`` object."""
     ctx: dict[str, Any] = {"permissions": permissions, "windowsSandboxLevel": "disabled"}
     if cwd is not None:

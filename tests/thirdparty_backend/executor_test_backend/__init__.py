@@ -41,7 +41,9 @@ class WrappingBackend:
     def probe(self, host: HostInfo) -> BackendStatus:
         """Available when activated and when the wrapped backend is."""
         if not _active():
-            return BackendStatus(available=False, reason="test fixture; set EXECUTOR_TEST_BACKEND=select")
+            return BackendStatus(
+                available=False, reason="test fixture; set EXECUTOR_TEST_BACKEND=select"
+            )
         status = self.inner.probe(host)
         return replace(status, details={**status.details, "wraps": self.inner.name})
 
