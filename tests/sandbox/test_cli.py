@@ -1,0 +1,139 @@
+"""The policy-author and operator commands, run as a user would run them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.executor_linux.conftest import linux_sandbox_available
+from tests.support.daemon import executor_command
+from tests.support.enforcement import skip_unless
+
+
+def executor(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the console script."""
+    return subprocess.run(
+        [*executor_command(), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def ws() -> Iterator[Path]:
+    """A workspace outside /tmp."""
+    path = Path(tempfile.mkdtemp(prefix="executor-cli-", dir="/var/tmp")).resolve()
+    yield path
+    subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+def test_every_command_has_help() -> None:
+    """`--help` works for the CLI and each command."""
+    for args in ([], ["serve"], ["run"], ["profile"], ["profile", "explain"], ["backends"], ["doctor"]):
+        result = executor(*args, "--help")
+        assert result.returncode == 0, args
+        assert "usage: executor" in result.stdout
+
+
+def test_profile_list_shows_names_and_descriptions() -> None:
+    """Every shipped profile, one per line, with its description."""
+    lines = executor("profile", "list").stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["danger-full-access", "read-only", "workspace", "workspace-network"]
+    assert "no network" in lines[1]
+
+
+def test_profile_check_accepts_good_and_names_bad_files(tmp_path: Path) -> None:
+    """`check` says ok, or exits 2 with the file and the key at fault."""
+    good = tmp_path / "site.toml"
+    good.write_text('extends = "workspace"\n[filesystem]\n"~/.ssh" = "deny"\n')
+    result = executor("profile", "check", str(good))
+    assert result.returncode == 0 and "ok" in result.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[filesystem]\n"/srv/**" = "write"\n')
+    result = executor("profile", "check", str(bad))
+    assert result.returncode == 2
+    assert f'{bad}: filesystem."/srv/**": globs only support deny access' in result.stderr
+
+
+def test_profile_explain_prints_rules_and_enforcement(ws: Path) -> None:
+    """`explain` lists each path with its access and why, and who enforces it here."""
+    result = executor("profile", "explain", "workspace", "--workspace", str(ws))
+    assert result.returncode == 0
+    out = result.stdout
+    assert f"{ws}  " in out and "write" in out
+    assert f"{ws}/.codex" in out and "protected-name" in out and "does not exist yet" in out
+    assert "network: restricted" in out
+    assert "enforcement: linux backend, sandboxType linuxSeccomp" in out or "REFUSED" in out
+
+
+def test_run_passes_the_exit_code_through(ws: Path) -> None:
+    """`run` exits with the command's own code; output goes to our stdout."""
+    skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
+    result = executor("run", "--profile", "workspace", "--workspace", str(ws), "--", "sh", "-c", "echo hi > f; cat f; exit 3")
+    assert result.returncode == 3
+    assert result.stdout == "hi\n"
+    assert (ws / "f").read_text() == "hi\n"
+
+
+def test_run_reports_a_denial_in_one_line(ws: Path) -> None:
+    """When the sandbox denied something, one stderr line says so."""
+    skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
+    result = executor("run", "--profile", "read-only", "--workspace", str(ws), "--", "touch", str(ws / "x"))
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == "executor: the sandbox denied an operation (exit 1, read_only_file_system)"
+    assert not (ws / "x").exists()
+
+
+def test_run_verbose_shows_the_layers(ws: Path) -> None:
+    """`--verbose` prints what is enforced before running."""
+    skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
+    result = executor("run", "-v", "--profile", "read-only", "--", "true")
+    assert result.returncode == 0
+    assert "landlock(abi" in result.stderr and "seccomp(network-off)" in result.stderr
+
+
+def test_run_network_override(ws: Path) -> None:
+    """`--network on` lifts the network block of a profile."""
+    skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
+    probe = "import socket; socket.socket().close(); print('socket ok')"
+    assert executor("run", "--profile", "read-only", "--network", "on", "--", "python3", "-c", probe).stdout == "socket ok\n"
+    assert executor("run", "--profile", "read-only", "--", "python3", "-c", probe).returncode == 1
+
+
+def test_run_refuses_what_cannot_be_enforced(ws: Path) -> None:
+    """Without namespaces a workspace cannot be enforced: refused (125), nothing ran."""
+    result = executor(
+        "run", "--profile", "workspace", "--workspace", str(ws), "--", "touch", str(ws / "ran"),
+        env={"EXECUTOR_LINUX_NAMESPACES": "off"},
+    )  # fmt: skip
+    assert result.returncode == 125
+    assert "sandbox intent cannot be enforced on this executor" in result.stderr
+    assert not (ws / "ran").exists()
+
+
+def test_doctor_passes_here_and_fails_when_a_profile_is_unenforceable(ws: Path) -> None:
+    """`doctor` exits 0 when every shipped profile is enforced, 1 otherwise."""
+    skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
+    healthy = executor("doctor", "--workspace", str(ws))
+    assert healthy.returncode == 0, healthy.stdout
+    assert "linux.landlock_abi:" in healthy.stdout
+    degraded = executor("doctor", "--workspace", str(ws), env={"EXECUTOR_LINUX_NAMESPACES": "off"})
+    assert degraded.returncode == 1
+    assert "profile workspace: NOT ENFORCEABLE" in degraded.stdout
+    assert "profile read-only: enforced by linux" in degraded.stdout
+
+
+def test_unknown_profile_is_a_clear_error() -> None:
+    """A misspelled profile name lists the known ones."""
+    result = executor("run", "--profile", "workspce", "--", "true")
+    assert result.returncode == 2
+    assert "unknown profile 'workspce'" in result.stderr and "workspace" in result.stderr
