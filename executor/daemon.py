@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from executor.environment import describe_host
-from executor.sandbox.confine import SandboxConfinement
-from executor.sandbox.host import LocalHost, state_directory
-from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.process import Confinement, LiveProcessCounter, ProcessLimits, ProcessTable
 from executor.protocol.messages import Capabilities
 from executor.router import Route, build_routes
+from executor.sandbox.confine import SandboxConfinement
+from executor.sandbox.host import LocalHost, state_directory
+from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.session import DEFAULT_SESSION_TTL, Session, SessionRegistry
 from executor.spawn.spawner import Spawner
 
@@ -60,7 +60,9 @@ class Daemon:
         self.sandbox = SandboxManager(
             get_plugin_manager(blocked=(*config.blocked_plugins, *blocked_from_env()))
         )
-        self.confinement: Confinement = confinement or SandboxConfinement(self.sandbox, self.host_view)
+        self.confinement: Confinement = confinement or SandboxConfinement(
+            self.sandbox, self.host_view
+        )
         self.counter = LiveProcessCounter(config.process.max_total)
         self.environment = describe_host(capabilities or Capabilities())
         self.environment_wire = self.environment.to_wire()
@@ -109,7 +111,9 @@ class Daemon:
             connection.transport.close(1001, "executor shutting down")
         self.sessions.expire_all()
         if self._background:
-            await asyncio.wait(list(self._background), timeout=self.config.process.stop_grace * 2 + 1)
+            await asyncio.wait(
+                list(self._background), timeout=self.config.process.stop_grace * 2 + 1
+            )
         self.spawner.close()
 
 

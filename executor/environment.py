@@ -39,7 +39,9 @@ def _passwd_field(name: str) -> str | None:
     return value or None
 
 
-def describe_host(capabilities: Capabilities, environ: Mapping[str, str] = os.environ) -> EnvironmentInfo:
+def describe_host(
+    capabilities: Capabilities, environ: Mapping[str, str] = os.environ
+) -> EnvironmentInfo:
     """Describe this executor's host truthfully (all paths as ``file:`` URIs)."""
     home = environ.get("HOME") or _passwd_field("pw_dir")
     tmpdir = environ.get("TMPDIR")

@@ -101,7 +101,9 @@ async def _serve_stdio(daemon: Daemon, stop: asyncio.Event) -> None:
     await open_stdio(transport)
 
 
-async def _serve_ws(daemon: Daemon, address: ListenAddress, options: WebSocketOptions) -> asyncio.Server:
+async def _serve_ws(
+    daemon: Daemon, address: ListenAddress, options: WebSocketOptions
+) -> asyncio.Server:
     def make_connection(protocol: WebSocketProtocol) -> Connection:
         prefix = (
             "failed to parse websocket JSON-RPC message from exec-server websocket "
@@ -114,7 +116,9 @@ async def _serve_ws(daemon: Daemon, address: ListenAddress, options: WebSocketOp
     try:
         server = await serve_websocket(address.host, address.port, make_connection, options)
     except OSError as exc:
-        raise ConfigError(f"cannot listen on {_url(address.host, address.port)}: {exc.strerror}") from None
+        raise ConfigError(
+            f"cannot listen on {_url(address.host, address.port)}: {exc.strerror}"
+        ) from None
     sockname = server.sockets[0].getsockname()
     url = _url(address.host if address.host != "localhost" else "localhost", sockname[1])
     # The first stdout line is the bound URL: launchers parse it (port 0 picks a free port).
