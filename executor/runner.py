@@ -96,8 +96,8 @@ async def run_command(request: RunRequest) -> int:
 async def _run(confined: ConfinedCommand, spawner: Spawner) -> int:
     loop = asyncio.get_running_loop()
     log = OutputLog()
-    out_r, out_w = os.pipe2(os.O_CLOEXEC)
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    out_r, out_w = os.pipe()  # non-inheritable (PEP 446); macOS has no pipe2
+    err_r, err_w = os.pipe()  # non-inheritable (PEP 446); macOS has no pipe2
     try:
         launch = spawner.launch(confined.request, (sys.stdin.fileno(), out_w, err_w))
     finally:

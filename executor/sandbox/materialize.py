@@ -254,13 +254,26 @@ class _Builder:
     def _absolute_globs(self, pattern: str) -> list[str]:
         if pattern.startswith(PROJECT_ROOTS_GLOB_PREFIX):
             rest = pattern[len(PROJECT_ROOTS_GLOB_PREFIX) :]
-            return [posixpath.join(root, rest) for root in self.intent.workspace_roots]
-        if pattern.startswith("~/"):
+            spelled = [posixpath.join(root, rest) for root in self.intent.workspace_roots]
+        elif pattern.startswith("~/"):
             home = self.intent.user_home_dir or self.host.home
-            return [posixpath.join(home, pattern[2:])] if home else []
-        if pattern.startswith("/"):
-            return [pattern]
-        return [posixpath.join(self.cwd, pattern)]
+            spelled = [posixpath.join(home, pattern[2:])] if home else []
+        elif pattern.startswith("/"):
+            spelled = [pattern]
+        else:
+            spelled = [posixpath.join(self.cwd, pattern)]
+        return [variant for glob in spelled for variant in self._resolved_variants(glob)]
+
+    def _resolved_variants(self, glob: str) -> list[str]:
+        """The glob as written and, if its static prefix crosses a symlink, as resolved.
+
+        Rules hold real paths, so a glob under a symlinked workspace must match those too.
+        """
+        prefix = _static_prefix(glob)
+        real = self.host.realpath(prefix)
+        if real == prefix or not glob.startswith(prefix):
+            return [glob]
+        return [glob, real.rstrip("/") + glob[len(prefix.rstrip("/")) :]]
 
     def expand_globs(self, max_depth: int | None) -> None:
         depth = min(max_depth or MAX_SCAN_DEPTH, MAX_SCAN_DEPTH)

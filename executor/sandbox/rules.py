@@ -194,20 +194,37 @@ def glob_to_regex(pattern: str) -> str:
             out.append("[^/]")
             i += 1
         elif char == "[":
-            end = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] in ("!", "^") else i + 1)
-            if end < 0:
-                out.append(re.escape(char))
-                i += 1
-                continue
-            body = pattern[i + 1 : end]
-            if body[:1] in ("!", "^"):
-                body = "^" + body[1:]
-            out.append("(?!/)[" + body.replace("\\", "\\\\") + "]")
-            i = end + 1
+            klass, after = _character_class(pattern, i)
+            out.append(klass if klass is not None else re.escape(char))
+            i = after
         else:
             out.append(re.escape(char))
             i += 1
-    return "^" + "".join(out) + "(?:/.*)?$"
+    # DOTALL and \Z: names may contain newlines, and a denied match hides what is below it.
+    return "(?s)^" + "".join(out) + "(?:/.*)?\\Z"
+
+
+def _character_class(pattern: str, start: int) -> tuple[str | None, int]:
+    """``[...]`` at ``start`` as a regex class and the index after it; None if unclosed."""
+    i = start + 1
+    if pattern[i : i + 1] in ("!", "^"):
+        i += 1
+    if pattern[i : i + 1] == "]":
+        i += 1  # a leading ] is a member, not the end
+    end = pattern.find("]", i)
+    if end < 0:
+        return None, start + 1
+    body = pattern[start + 1 : end]
+    negate = body[:1] in ("!", "^")
+    members = body[1:] if negate else body
+    inner = "".join(c if c == "-" else re.escape(c) for c in members)
+    klass = "(?!/)[" + ("^" if negate else "") + inner + "]"
+    try:
+        re.compile(klass)
+    except re.error:
+        # An impossible class (e.g. ``[9-0]``): deny more, never less — any one character.
+        return "[^/]", end + 1
+    return klass, end + 1
 
 
 def glob_has_magic(pattern: str) -> bool:

@@ -55,10 +55,7 @@ class LaunchFailed(InternalError):
     """The child failed before ``execve``; nothing ran. ``stage`` names the failing step."""
 
     def __init__(self, stage: str, error: int, detail: str) -> None:
-        if error:
-            message = os_error_message(OSError(error, detail))
-        else:
-            message = detail or "launch failed"
+        message = os_error_message(OSError(error, detail)) if error else detail or "launch failed"
         if stage not in ("exec", "chdir"):
             message = f"failed to start the command: {stage}: {message}"
         super().__init__(message)
@@ -99,7 +96,9 @@ class Launch:
     def end(self) -> None:
         """The supervisor is gone: every descendant of the command has exited."""
         if not self.started.done():
-            self.started.set_exception(InternalError("the launcher exited before the command started"))
+            self.started.set_exception(
+                InternalError("the launcher exited before the command started")
+            )
         if not self.exited.done() and self.started.exception() is None:
             self.exited.set_exception(InternalError("the launcher exited without an exit status"))
         if not self.gone.done():
@@ -143,7 +142,9 @@ class Spawner:
         for attempt in range(2):
             control = self._ensure_server()
             try:
-                sent = control.sendmsg([data[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(_fd_array(fds)))])
+                sent = control.sendmsg(
+                    [data[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(_fd_array(fds)))]
+                )
                 if sent:
                     control.sendall(data[1:])
                 return
@@ -155,7 +156,8 @@ class Spawner:
     def launch(self, request: SpawnRequest, stdio: tuple[int, int, int]) -> Launch:
         """Start ``request`` with ``stdio``; the caller keeps (and closes) its own descriptors."""
         loop = asyncio.get_running_loop()
-        read_end, write_end = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        read_end, write_end = os.pipe()  # close-on-exec by default (PEP 446)
+        os.set_blocking(read_end, False)
         launch = Launch(loop.create_future(), loop.create_future(), loop.create_future())
         message: dict[str, Any] = {
             "kind": "launch",

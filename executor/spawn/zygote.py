@@ -163,7 +163,7 @@ def _supervise(request: dict[str, Any], fds: list[int], control: socket.socket) 
     signal.signal(signal.SIGTERM, _kill_tree)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    read_end, write_end = os.pipe()  # non-inheritable (PEP 446); macOS has no pipe2
     command = os.fork()
     if command == 0:
         try:

@@ -1,0 +1,265 @@
+"""Escape probes under the real Seatbelt: only on a Mac (skipped elsewhere).
+
+Each test materializes an intent with the real ``LocalHost``, plans the launch with the
+backend and runs the plan's argv with ``subprocess`` (the daemon's spawner is not used here).
+These tests have not been run by this project's CI, which has no macOS runner.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from executor_macos.plugin import MacosBackend
+from executor_macos.violations import ViolationLog
+
+from executor.sandbox import HostInfo
+from executor.sandbox.host import LocalHost, state_directory
+from executor.sandbox.intent import parse_sandbox
+from executor.sandbox.materialize import Purpose, materialize
+from executor.spawn.spawner import SpawnRequest
+
+pytestmark = [
+    pytest.mark.macos,
+    pytest.mark.skipif(
+        sys.platform != "darwin", reason="needs a Mac: Seatbelt (sandbox-exec) exists only on macOS"
+    ),
+]
+
+ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+
+
+def special(kind: str) -> dict[str, Any]:
+    """A special path."""
+    return {"type": "special", "value": {"kind": kind}}
+
+
+def intent(
+    workspace: Path, entries: list[dict[str, Any]], network: str = "restricted"
+) -> dict[str, Any]:
+    """A wire ``sandbox`` for ``workspace``."""
+    uri = workspace.as_uri()
+    return {
+        "permissions": {
+            "type": "managed",
+            "file_system": {"type": "restricted", "entries": entries},
+            "network": network,
+        },
+        "cwd": uri,
+        "workspaceRoots": [uri],
+        "windowsSandboxLevel": "disabled",
+    }
+
+
+WORKSPACE = [
+    {"path": special("root"), "access": "read"},
+    {"path": special("project_roots"), "access": "write"},
+]
+
+
+@pytest.fixture(scope="module")
+def backend() -> MacosBackend:
+    """The real backend, after its self-test passed on this Mac."""
+    backend = MacosBackend()
+    status = backend.probe(HostInfo.current())
+    assert status.available, status.reason
+    return backend
+
+
+def start(
+    backend: MacosBackend,
+    sandbox: Mapping[str, Any],
+    argv: list[str],
+    cwd: Path,
+    env: Mapping[str, str] = ENV,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` sandboxed by ``sandbox`` (materialized on this host)."""
+    host = LocalHost(hidden_paths=(state_directory(),))
+    rules = materialize(
+        parse_sandbox(dict(sandbox)),
+        host,
+        purpose=Purpose.PROCESS,
+        process_cwd=str(cwd),
+        child_env=env,
+    )
+    assert rules is not None
+    command = SpawnRequest(
+        executable=argv[0], argv=tuple(argv), env=dict(env), cwd=str(cwd), tty=False
+    )
+    plan = backend.prepare(rules, command)
+    return subprocess.Popen(
+        plan.argv, cwd=cwd, env={**env, **plan.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+def run(
+    backend: MacosBackend,
+    sandbox: Mapping[str, Any],
+    script: str,
+    cwd: Path,
+    env: Mapping[str, str] = ENV,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``/bin/sh -c script`` sandboxed and wait for it."""
+    process = start(backend, sandbox, ["/bin/sh", "-c", script], cwd, env)
+    stdout, stderr = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def test_write_inside_allowed_outside_denied(backend: MacosBackend, workspace: Path) -> None:
+    """The workspace is writable; a sibling directory is not (EPERM)."""
+    outside = workspace.parent / "outside"
+    outside.mkdir()
+    done = run(
+        backend,
+        intent(workspace, WORKSPACE),
+        "echo in > inside.txt; echo out > ../outside/x.txt",
+        workspace,
+    )
+    assert (workspace / "inside.txt").read_text() == "in\n"
+    assert not (outside / "x.txt").exists()
+    assert done.returncode != 0
+    assert b"Operation not permitted" in done.stderr
+
+
+def test_read_of_denied_path_fails(backend: MacosBackend, workspace: Path) -> None:
+    """A denied directory and deny-glob matches (existing or new) are unreadable/unwritable."""
+    (workspace / "private").mkdir()
+    (workspace / "private" / "secret").write_text("s")
+    (workspace / "a.env").write_text("e")
+    entries = [
+        *WORKSPACE,
+        {"path": {"type": "path", "path": (workspace / "private").as_uri()}, "access": "deny"},
+        {"path": {"type": "glob_pattern", "pattern": "**/*.env"}, "access": "deny"},
+    ]
+    sandbox = intent(workspace, entries)
+    assert run(backend, sandbox, "cat private/secret", workspace).returncode != 0
+    assert run(backend, sandbox, "cat a.env", workspace).returncode != 0
+    assert run(backend, sandbox, "echo x > sub.env", workspace).returncode != 0
+    assert not (workspace / "sub.env").exists()
+    assert run(backend, sandbox, "echo ok > fine.txt", workspace).returncode == 0
+
+
+def test_git_stays_read_only(backend: MacosBackend, workspace: Path) -> None:
+    """.git can be read but not written, renamed or filled."""
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    sandbox = intent(workspace, WORKSPACE)
+    assert run(backend, sandbox, "cat .git/HEAD", workspace).returncode == 0
+    assert run(backend, sandbox, "echo x > .git/HEAD", workspace).returncode != 0
+    assert run(backend, sandbox, "mkdir .git/hooks", workspace).returncode != 0
+    assert run(backend, sandbox, "mv .git moved", workspace).returncode != 0
+    assert (workspace / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+
+
+def test_hard_link_does_not_open_a_protected_file(backend: MacosBackend, workspace: Path) -> None:
+    """A hard link made inside the workspace cannot be used to write a file under .git."""
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "config").write_text("[core]\n")
+    run(
+        backend,
+        intent(workspace, WORKSPACE),
+        "ln .git/config linked; echo evil >> linked",
+        workspace,
+    )
+    assert (workspace / ".git" / "config").read_text() == "[core]\n"
+
+
+def test_workspace_in_writable_parent_cannot_be_renamed_away(
+    backend: MacosBackend, workspace: Path
+) -> None:
+    """With $TMPDIR (the workspace's parent) writable, the workspace keeps its .git in place."""
+    (workspace / ".git").mkdir()
+    env = {**ENV, "TMPDIR": str(workspace.parent)}
+    entries = [*WORKSPACE, {"path": special("tmpdir"), "access": "write"}]
+    done = run(backend, intent(workspace, entries), "cd .. && mv workspace moved", workspace, env)
+    assert done.returncode != 0
+    assert (workspace / ".git").is_dir()
+
+
+def test_missing_codex_cannot_be_created(backend: MacosBackend, workspace: Path) -> None:
+    """mkdir .codex fails although .codex does not exist yet."""
+    done = run(backend, intent(workspace, WORKSPACE), "mkdir .codex", workspace)
+    assert done.returncode != 0
+    assert not (workspace / ".codex").exists()
+
+
+@pytest.mark.parametrize(
+    ("network", "reachable"),
+    [("restricted", False), ("enabled", True)],
+    ids=["restricted", "enabled"],
+)
+def test_tcp_connect(backend: MacosBackend, workspace: Path, network: str, reachable: bool) -> None:
+    """With network restricted a TCP connect to a host listener fails; enabled, it works."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5).close()"
+        process = start(
+            backend,
+            intent(workspace, WORKSPACE, network),
+            [sys.executable, "-I", "-S", "-c", code],
+            workspace,
+        )
+        process.communicate(timeout=60)
+    assert (process.returncode == 0) is reachable
+
+
+def test_minimal_profile_runs_system_binaries(backend: MacosBackend, workspace: Path) -> None:
+    """With :minimal the system's programs run, the workspace is usable, the rest is hidden."""
+    outside = workspace.parent / "notes.txt"
+    outside.write_text("private")
+    entries = [
+        {"path": special("minimal"), "access": "read"},
+        {"path": special("project_roots"), "access": "write"},
+    ]
+    sandbox = intent(workspace, entries)
+    done = run(backend, sandbox, "/bin/echo hi && /bin/ls . && echo x > made.txt", workspace)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(b"hi\n")
+    assert (workspace / "made.txt").exists()
+    assert run(backend, sandbox, f"/bin/cat {outside}", workspace).returncode != 0
+
+
+def test_slash_tmp_is_writable_under_both_spellings(backend: MacosBackend, workspace: Path) -> None:
+    """:slash_tmp makes /tmp (really /private/tmp) writable by either name."""
+    name = f"executor-macos-test-{uuid.uuid4().hex}"
+    entries = [*WORKSPACE, {"path": special("slash_tmp"), "access": "write"}]
+    try:
+        done = run(
+            backend,
+            intent(workspace, entries),
+            f"echo a > /tmp/{name} && echo b > /private/tmp/{name}.2",
+            workspace,
+        )
+        assert done.returncode == 0, done.stderr
+    finally:
+        for suffix in ("", ".2"):
+            Path(f"/private/tmp/{name}{suffix}").unlink(missing_ok=True)
+
+
+def test_violation_log_sees_the_denial(backend: MacosBackend, workspace: Path) -> None:
+    """The unified log reports the denied write for the command's pid (best effort)."""
+    log = ViolationLog.start()
+    if log is None:
+        pytest.skip("log stream is not available to this user")
+    try:
+        process = start(
+            backend,
+            intent(workspace, WORKSPACE),
+            ["/usr/bin/touch", str(workspace.parent / "o")],
+            workspace,
+        )
+        process.communicate(timeout=60)
+        deadline = time.monotonic() + 5.0
+        while not log.for_pids({process.pid}) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        found = log.for_pids({process.pid})
+    finally:
+        log.close()
+    assert any(v.operation.startswith("file-write") for v in found), found
