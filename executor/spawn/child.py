@@ -21,7 +21,7 @@ import struct
 import termios
 from collections.abc import Callable, Sequence
 
-__all__ = ["ChildContext", "ExecSpec", "STAGE_EXIT_STATUS"]
+__all__ = ["STAGE_EXIT_STATUS", "ChildContext", "ExecSpec"]
 
 #: Exit status of a child that failed before ``execve``; the stage is reported separately.
 STAGE_EXIT_STATUS = 127
