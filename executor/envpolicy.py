@@ -17,11 +17,29 @@ from typing import Final
 from executor.errors import InvalidParams
 from executor.protocol.messages import EnvPolicy, Inherit
 
-__all__ = ["CORE_VARIABLES", "DEFAULT_EXCLUDES", "build_environment", "find_program", "validate_command"]
+__all__ = [
+    "CORE_VARIABLES",
+    "DEFAULT_EXCLUDES",
+    "build_environment",
+    "find_program",
+    "validate_command",
+]
 
 #: Variables ``inherit: core`` keeps (observed on the reference).
 CORE_VARIABLES: Final = frozenset(
-    {"HOME", "LANG", "LC_ALL", "LC_CTYPE", "LOGNAME", "PATH", "SHELL", "TEMP", "TMP", "TMPDIR", "USER"}
+    {
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "LOGNAME",
+        "PATH",
+        "SHELL",
+        "TEMP",
+        "TMP",
+        "TMPDIR",
+        "USER",
+    }
 )
 #: Names dropped unless ``ignoreDefaultExcludes`` (they tend to hold credentials).
 DEFAULT_EXCLUDES: Final = ("*KEY*", "*SECRET*", "*TOKEN*")

@@ -23,7 +23,7 @@ from executor import envpolicy, proctree
 from executor.errors import InvalidParams, InvalidRequest, spawn_error
 from executor.output import DEFAULT_RETAINED_BYTES, OutputLog
 from executor.paths import ForeignPathError, parse_path_uri
-from executor.protocol import methods
+from executor.protocol import jsonrpc, methods
 from executor.protocol.messages import (
     OutputChunk,
     ReadParams,
@@ -36,11 +36,10 @@ from executor.protocol.messages import (
     TerminateParams,
     WriteParams,
     WriteStatus,
-    b64,
 )
 from executor.sandbox.denial import classify
 from executor.spawn.child import set_window_size
-from executor.spawn.spawner import Launch, SpawnRequest, Spawner
+from executor.spawn.spawner import Launch, Spawner, SpawnRequest
 
 __all__ = [
     "ConfinedCommand",
@@ -115,7 +114,9 @@ class RefuseSandbox:
         if params.sandbox is not None:
             raise SandboxUnavailable("no sandbox backend is configured")
         if params.enforce_managed_network:
-            raise InvalidParams("enforceManagedNetwork requires a sandbox, and managed networking is not supported")
+            raise InvalidParams(
+                "enforceManagedNetwork requires a sandbox, and managed networking is not supported"
+            )
         return ConfinedCommand(request=command, sandbox_type=SandboxType.NONE, sandboxed=False)
 
 
@@ -283,7 +284,12 @@ class ManagedProcess:
         seq = self.log.mark_exited(code)
         self._emit(
             methods.PROCESS_EXITED,
-            {"processId": self.process_id, "seq": seq, "exitCode": code, "sandboxDenied": verdict.denied},
+            {
+                "processId": self.process_id,
+                "seq": seq,
+                "exitCode": code,
+                "sandboxDenied": verdict.denied,
+            },
         )
         self._wake()
         self._maybe_finish()
@@ -429,7 +435,7 @@ def _output_params(process_id: str, chunk: OutputChunk) -> dict[str, Any]:
         "processId": process_id,
         "seq": chunk.seq,
         "stream": chunk.stream.value,
-        "chunk": b64(chunk.data),
+        "chunk": jsonrpc.base64_value(chunk.data),
     }
 
 
@@ -513,9 +519,13 @@ class ProcessTable:
             if confined.release is not None:
                 confined.release()
             raise
-        return StartResult(process_id=params.process_id, sandbox_type=confined.sandbox_type), process
+        return StartResult(
+            process_id=params.process_id, sandbox_type=confined.sandbox_type
+        ), process
 
-    async def _launch(self, process: ManagedProcess, confined: ConfinedCommand, *, pipe_stdin: bool) -> None:
+    async def _launch(
+        self, process: ManagedProcess, confined: ConfinedCommand, *, pipe_stdin: bool
+    ) -> None:
         child_fds, readers, stdin = _open_streams(confined.request.tty, pipe_stdin)
         try:
             launch = self.spawner.launch(confined.request, child_fds)
@@ -586,7 +596,9 @@ class ProcessTable:
         processes = list(self._processes.values())
         for process in processes:
             process.kill_tree(signal.SIGTERM)
-        pending = [p.launch.gone for p in processes if p.launch is not None and not p.launch.gone.done()]
+        pending = [
+            p.launch.gone for p in processes if p.launch is not None and not p.launch.gone.done()
+        ]
         if pending:
             _done, still = await asyncio.wait(pending, timeout=self.limits.stop_grace)
             if still:
@@ -601,7 +613,9 @@ class ProcessTable:
         self._processes.clear()
 
 
-def _open_streams(tty: bool, pipe_stdin: bool) -> tuple[tuple[int, int, int], dict[int, Stream], int | None]:
+def _open_streams(
+    tty: bool, pipe_stdin: bool
+) -> tuple[tuple[int, int, int], dict[int, Stream], int | None]:
     """Child ends (stdin, stdout, stderr), parent readers, and the parent's stdin end."""
     if tty:
         master, slave = pty.openpty()

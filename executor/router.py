@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from executor.environment import STATUS_READY
+from executor.protocol import jsonrpc, methods
 from executor.protocol import messages as m
-from executor.protocol import methods
 
 if TYPE_CHECKING:
     from executor.daemon import Daemon
@@ -61,12 +61,21 @@ def _processes(ctx: RequestContext) -> ProcessTable:
     return table
 
 
+#: Constant answers, serialized once (environment/info is ~1 KiB of JSON per request).
+_STATUS_WIRE = jsonrpc.preencode(STATUS_READY)
+_ENVIRONMENT_WIRE: dict[int, tuple[object, Any]] = {}
+
+
 def _environment_info(ctx: RequestContext, _params: None) -> Any:
-    return ctx.daemon.environment_wire
+    info = ctx.daemon.environment_wire
+    cached = _ENVIRONMENT_WIRE.get(id(info))
+    if cached is None or cached[0] is not info:
+        cached = _ENVIRONMENT_WIRE[id(info)] = (info, jsonrpc.preencode(info))
+    return cached[1]
 
 
 def _environment_status(_ctx: RequestContext, _params: None) -> Any:
-    return STATUS_READY
+    return _STATUS_WIRE
 
 
 async def _process_start(ctx: RequestContext, params: m.StartParams) -> Reply:
@@ -97,6 +106,8 @@ def _route(method: str, params: type | None, handler: Callable[..., Any], **flag
 
 def build_routes(extra: list[Route] | None = None) -> dict[str, Route]:
     """Every routed method except the handshake, which the connection handles itself."""
+    from executor.fs import fs_routes  # here, not at the top: the fs package imports ``Route``
+
     routes = [
         _route(methods.ENVIRONMENT_INFO, None, _environment_info),
         _route(methods.ENVIRONMENT_STATUS, None, _environment_status),
@@ -105,6 +116,7 @@ def build_routes(extra: list[Route] | None = None) -> dict[str, Route]:
         _route(methods.PROCESS_WRITE, m.WriteParams, _process_write),
         _route(methods.PROCESS_SIGNAL, m.SignalParams, _process_signal),
         _route(methods.PROCESS_TERMINATE, m.TerminateParams, _process_terminate),
+        *fs_routes(),
         *(extra or []),
     ]
     return {route.method: route for route in routes}

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from executor.errors import ExecutorError, InvalidRequest, MethodNotFound
 from executor.protocol import jsonrpc, methods
-from executor.protocol.connection import HandshakeState
+from executor.protocol.connection import HandshakeState, Phase
 from executor.protocol.decode import decode, decode_unit
 from executor.protocol.messages import InitializeParams
 from executor.router import Reply, Route
@@ -54,7 +54,9 @@ class MessageTransport(Protocol):
 class Connection:
     """The JSON-RPC side of one client connection."""
 
-    def __init__(self, daemon: Daemon, transport: MessageTransport, *, parse_error_prefix: str) -> None:
+    def __init__(
+        self, daemon: Daemon, transport: MessageTransport, *, parse_error_prefix: str
+    ) -> None:
         self.daemon = daemon
         self.transport = transport
         self.session: Session | None = None
@@ -81,7 +83,9 @@ class Connection:
             self._notification(message)
         elif type(message) is jsonrpc.ClientResponse:
             self._out_of_band(
-                InvalidRequest("unexpected response from the client: this executor sends no requests")
+                InvalidRequest(
+                    "unexpected response from the client: this executor sends no requests"
+                )
             )
         else:
             assert isinstance(message, jsonrpc.Malformed)
@@ -101,10 +105,20 @@ class Connection:
             return
         self._answer(request, route.handler, route.params, route)
 
-    def _answer(self, request: jsonrpc.Request, handler: Callable[..., Any], params_type: type | None, route: Route | None) -> None:
+    def _answer(
+        self,
+        request: jsonrpc.Request,
+        handler: Callable[..., Any],
+        params_type: type | None,
+        route: Route | None,
+    ) -> None:
         try:
-            params = decode_unit(request.params) if params_type is None else decode(params_type, request.params)
-            if route is not None:
+            if params_type is None:
+                decode_unit(request.params)
+                params: Any = None
+            else:
+                params = decode(params_type, request.params)
+            if route is not None and self.handshake.phase is not Phase.READY:
                 self.handshake.check_method(request.method)
             if route is None or not route.is_async:
                 self._respond(request, handler(self, params))
@@ -165,7 +179,12 @@ class Connection:
             log.info("connection %s resumed session %s", self.transport.peer, session.id)
         else:
             session = registry.create(self)
-            log.info("connection %s created session %s (%s)", self.transport.peer, session.id, params.client_name)
+            log.info(
+                "connection %s created session %s (%s)",
+                self.transport.peer,
+                session.id,
+                params.client_name,
+            )
         self.session = session
         self.handshake.initialize_succeeded()
         return {"sessionId": session.id, "environmentInfo": self.daemon.environment_wire}
@@ -187,7 +206,9 @@ class Connection:
             self._send(jsonrpc.encode_result(request.id, result))
 
     def _error(self, request: jsonrpc.Request, exc: ExecutorError) -> None:
-        log.info("refused %s from %s: %s %s", request.method, self.transport.peer, exc.code, exc.message)
+        log.info(
+            "refused %s from %s: %s %s", request.method, self.transport.peer, exc.code, exc.message
+        )
         self._send(jsonrpc.encode_error(request.id, exc.code, exc.message))
 
     def _out_of_band(self, exc: ExecutorError, message: str | None = None) -> None:

@@ -125,7 +125,7 @@ def _decoder_for(tp: Any) -> Decoder:
     return cached
 
 
-def _build(tp: Any) -> Decoder:  # noqa: PLR0911 - one branch per supported type shape
+def _build(tp: Any) -> Decoder:
     origin = get_origin(tp)
     if origin is typing.Annotated:
         base, *marks = get_args(tp)

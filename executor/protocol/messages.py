@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from executor.protocol.decode import U64, Base64Bytes, DecodeError, Usize
+from executor.protocol.jsonrpc import base64_value
 
 __all__ = [
     "Capabilities",
@@ -37,7 +38,6 @@ __all__ = [
     "WriteStatus",
     "b64",
 ]
-
 
 
 def b64(data: bytes) -> str:
@@ -273,7 +273,8 @@ class ReadResult:
         """Wire form (chunk bytes as base64)."""
         return {
             "chunks": [
-                {"seq": c.seq, "stream": c.stream.value, "chunk": b64(c.data)} for c in self.chunks
+                {"seq": c.seq, "stream": c.stream.value, "chunk": base64_value(c.data)}
+                for c in self.chunks
             ],
             "nextSeq": self.next_seq,
             "exited": self.exited,

@@ -156,6 +156,65 @@ def _exec_child(request: dict[str, Any], fds: list[int], error_fd: int) -> None:
     ctx.fail("setup", 0, "backend setup returned without executing the command")
 
 
+#: Every signal a command must start with at its default disposition (``posix_spawn``).
+_SIGNALS_TO_DEFAULT = tuple(
+    s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)
+)
+#: ``posix_spawn`` is glibc's ``clone(CLONE_VM | CLONE_VFORK)`` on Linux: no copy of the
+#: supervisor's page tables and no copy-on-write faults before ``execve``.
+_CAN_SPAWN = sys.platform.startswith("linux") and hasattr(os, "posix_spawn")
+
+
+def _spawn_plain(request: dict[str, Any], fds: list[int]) -> int:
+    """Start a command that needs no backend setup with ``posix_spawn``; returns its pid.
+
+    A forked Python child costs a full page-table copy of this process plus copy-on-write
+    faults for every page the child's Python code touches; a burst of 100 launches spent
+    ~4 ms of system time per command that way. The spawn replicates ``ChildContext.exec``:
+    a new session (``setsid`` happens before the file actions in glibc, so opening the
+    terminal by name makes it the controlling terminal, as ``TIOCSCTTY`` would), the
+    standard descriptors, every signal at its default, an empty mask, and the cwd (set here:
+    this supervisor exists only for this command). Raises ``_Failed`` with the stage.
+    """
+    stdio = fds[1:4]
+    for fd in fds:
+        os.set_inheritable(fd, False)  # descriptors received with SCM_RIGHTS are inheritable
+    try:
+        os.chdir(request["cwd"])
+    except OSError as exc:
+        raise _Failed("chdir", exc) from None
+    if request["tty"]:
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.ttyname(stdio[0]), os.O_RDWR, 0),
+            (os.POSIX_SPAWN_DUP2, 0, 1),
+            (os.POSIX_SPAWN_DUP2, 0, 2),
+        ]
+    else:
+        actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)]
+    try:
+        return os.posix_spawn(
+            request["executable"],
+            request["argv"],
+            request["env"],
+            file_actions=actions,
+            setsid=True,
+            setsigdef=_SIGNALS_TO_DEFAULT,
+            setsigmask=(),
+        )
+    except OSError as exc:
+        raise _Failed("exec", exc) from None
+    except ValueError as exc:  # e.g. an embedded NUL byte
+        raise _Failed("exec", OSError(0, str(exc))) from None
+
+
+class _Failed(Exception):
+    """A launch step failed before ``execve`` succeeded."""
+
+    def __init__(self, stage: str, error: OSError) -> None:
+        super().__init__(stage)
+        self.line = f"{stage} {error.errno or 0} {error.strerror or ''}".strip()
+
+
 def _supervise(request: dict[str, Any], fds: list[int], control: socket.socket) -> None:
     control.close()
     status_fd = fds[0]
@@ -163,6 +222,18 @@ def _supervise(request: dict[str, Any], fds: list[int], control: socket.socket) 
     signal.signal(signal.SIGTERM, _kill_tree)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if _CAN_SPAWN and request.get("setup") is None:
+        try:
+            command = _spawn_plain(request, fds)
+        except _Failed as failed:
+            _report(status_fd, f"E {failed.line}\n")
+            _reap(-1, status_fd, report=False)
+            return
+        for fd in fds[1:]:
+            os.close(fd)
+        _report(status_fd, f"S {command} {os.getpid()}\n")
+        _reap(command, status_fd, report=True)
+        return
     read_end, write_end = os.pipe()  # non-inheritable (PEP 446); macOS has no pipe2
     command = os.fork()
     if command == 0:

@@ -109,7 +109,9 @@ def _tokens(value: str) -> set[str]:
     return {token.strip().lower() for token in value.split(",")}
 
 
-def _plain(status: int, reason: str, body: str = "", headers: tuple[tuple[str, str], ...] = ()) -> Response:
+def _plain(
+    status: int, reason: str, body: str = "", headers: tuple[tuple[str, str], ...] = ()
+) -> Response:
     extra = (("content-type", "text/plain; charset=utf-8"),) if body else ()
     return Response(status, reason, headers + extra, body.encode())
 
@@ -143,7 +145,10 @@ def _upgrade(request: HttpRequest) -> Response | Upgrade:
         return _plain(400, "Bad Request", "Upgrade header did not include 'websocket'")
     if headers.get("sec-websocket-version", "").strip() != "13":
         return _plain(
-            426, "Upgrade Required", "unsupported WebSocket version", (("sec-websocket-version", "13"),)
+            426,
+            "Upgrade Required",
+            "unsupported WebSocket version",
+            (("sec-websocket-version", "13"),),
         )
     key = headers.get("sec-websocket-key", "").strip()
     try:

@@ -64,6 +64,9 @@ class StdioTransport:
         self._reader: asyncio.ReadTransport | None = None
         self._writer: asyncio.WriteTransport | None = None
         self._ended = False
+        self._file_reader: asyncio.Task[None] | None = None
+        self._outbox: list[bytes] = []
+        self._flush_scheduled = False
 
     def feed(self, data: bytes) -> None:
         """Split inbound bytes into lines and deliver each complete one."""
@@ -98,9 +101,20 @@ class StdioTransport:
         self._on_end()
 
     def send_message(self, data: bytes) -> None:
-        """Write one message line."""
-        if self._writer is not None and not self._writer.is_closing():
-            self._writer.write(data + b"\n")
+        """Queue one message line; queued lines are written once per loop iteration."""
+        if self._writer is None or self._writer.is_closing():
+            return
+        self._outbox.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        lines, self._outbox = self._outbox, []
+        if lines and self._writer is not None and not self._writer.is_closing():
+            lines.append(b"")
+            self._writer.write(b"\n".join(lines))
 
     def close(self, code: int = 1000, reason: str = "") -> None:
         """Stop reading; stdout is flushed and closed by the event loop."""
@@ -127,9 +141,12 @@ async def open_stdio(transport: StdioTransport) -> None:
     transport._writer = writer
     stdin_mode = os.fstat(sys.stdin.fileno()).st_mode
     if stat.S_ISREG(stdin_mode):
-        loop.create_task(_read_file(transport))
+        # Keep a reference: the loop holds tasks only weakly.
+        transport._file_reader = loop.create_task(_read_file(transport))
         return
-    reader, _ = await loop.connect_read_pipe(lambda: _Reader(transport), os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0))
+    reader, _ = await loop.connect_read_pipe(
+        lambda: _Reader(transport), os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0)
+    )
     transport._reader = reader
 
 

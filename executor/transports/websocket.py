@@ -1,28 +1,50 @@
 """WebSocket transport: HTTP routing, the upgrade, frames, keepalive; one message = one JSON object.
 
-A thin ``asyncio.Protocol`` around websockets' sans-I/O frame protocol. It knows nothing of
-JSON-RPC: complete messages go to the ``Connection`` it was created with, and the connection
-hands back encoded messages to send. Flow control runs both ways: the connection can pause
-reading, and the socket's write buffer pausing is reported to the connection as congestion.
+A thin ``asyncio.Protocol`` around the sans-I/O frame reader of ``frames.py`` (the HTTP head
+is parsed and routed by ``handshake.py``). It knows nothing of JSON-RPC: complete messages go
+to the ``Connection`` it was created with, and the connection hands back encoded messages to
+send. Flow control runs both ways: the connection can pause reading, and the socket's write
+buffer pausing is reported to the connection as congestion.
+
+Outgoing messages are queued and written once per event-loop iteration, so a burst of
+answers (a pipelining client) or of notifications costs one ``send`` system call instead of
+one per message; the queue is flushed before anything that depends on ordering (close).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
+import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol as TypingProtocol
-
-from websockets.frames import Opcode
-from websockets.protocol import Protocol, Side, State
+from typing import Protocol as TypingProtocol
 
 from executor.transports import handshake
+from executor.transports.frames import (
+    CLOSE,
+    PING,
+    PONG,
+    Close,
+    FrameError,
+    FrameReader,
+    Message,
+    Ping,
+    Pong,
+    close_payload,
+    frame_header,
+)
 
 __all__ = ["ConnectionCallbacks", "WebSocketOptions", "WebSocketProtocol", "serve_websocket"]
 
 log = logging.getLogger("executor.websocket")
+
+_TEXT_OPCODE = 0x1
+#: Payloads at least this large are written as their own buffer rather than copied into a
+#: joined one (the copy would cost more than the extra iovec).
+_JOIN_LIMIT = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,6 +79,13 @@ class ConnectionCallbacks(TypingProtocol):
 ConnectionFactory = Callable[["WebSocketProtocol"], ConnectionCallbacks]
 
 
+class _State(enum.Enum):
+    HTTP = "http"  # reading the request head
+    OPEN = "open"  # exchanging messages
+    CLOSING = "closing"  # our close frame is out; waiting for the peer's
+    CLOSED = "closed"
+
+
 class WebSocketProtocol(asyncio.Protocol):
     """One TCP connection: HTTP head first, then WebSocket frames."""
 
@@ -64,15 +93,19 @@ class WebSocketProtocol(asyncio.Protocol):
         self._make_connection = make_connection
         self._options = options
         self._transport: asyncio.Transport | None = None
+        self._fd = -1
+        self._loop = asyncio.get_running_loop()
         self._head = bytearray()
-        self._ws: Protocol | None = None
+        self._state = _State.HTTP
+        self._reader = FrameReader(
+            max_frame=options.max_frame_bytes, max_message=options.max_message_bytes
+        )
         self._connection: ConnectionCallbacks | None = None
-        self._fragments: list[bytes] = []
-        self._fragment_text = False
+        self._outbox: list[bytes] = []
+        self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._keepalive: asyncio.TimerHandle | None = None
         self._awaiting_pong = False
-        self._closing = False
         self.peer = "unknown"
 
     # --- asyncio.Protocol -------------------------------------------------------------------
@@ -83,6 +116,7 @@ class WebSocketProtocol(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._fd = sock.fileno() if sock is not None else -1
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.peer = f"{peer[0]}:{peer[1]}" if ":" not in peer[0] else f"[{peer[0]}]:{peer[1]}"
@@ -90,18 +124,18 @@ class WebSocketProtocol(asyncio.Protocol):
         self._arm(self._options.handshake_timeout, self._abort)
 
     def data_received(self, data: bytes) -> None:
-        if self._ws is None:
-            self._receive_head(data)
-        else:
+        if self._state is _State.OPEN or self._state is _State.CLOSING:
             self._receive_frames(data)
+        elif self._state is _State.HTTP:
+            self._receive_head(data)
 
     def eof_received(self) -> bool | None:
-        if self._ws is not None:
-            self._ws.receive_eof()
-            self._flush()
-        return None
+        return None  # the peer is gone: let the transport close
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._state = _State.CLOSED
+        self._fd = -1  # the descriptor number may be reused from now on
+        self._outbox.clear()
         self._cancel_timer()
         if self._keepalive is not None:
             self._keepalive.cancel()
@@ -120,19 +154,21 @@ class WebSocketProtocol(asyncio.Protocol):
     # --- what the connection calls ------------------------------------------------------------
 
     def send_message(self, data: bytes) -> None:
-        """Send one text message."""
-        if self._ws is None or self._ws.state is not State.OPEN:
+        """Queue one text message; it is written at the end of this loop iteration."""
+        if self._state is not _State.OPEN:
             return
-        self._ws.send_text(data)
-        self._flush()
+        self._queue(_TEXT_OPCODE, data)
 
     def close(self, code: int = 1000, reason: str = "") -> None:
         """Start the closing handshake; the TCP connection ends after ``close_timeout``."""
-        if self._ws is None or self._ws.state is not State.OPEN:
-            self._abort()
+        if self._state is not _State.OPEN:
+            if self._state is _State.HTTP:
+                self._abort()
             return
-        self._ws.send_close(code, reason)
+        self._state = _State.CLOSING
+        self._queue(CLOSE, close_payload(code, reason))
         self._flush()
+        self._arm(self._options.close_timeout, self._abort)
 
     def pause_reading(self) -> None:
         """Stop reading from the socket (inbound backpressure)."""
@@ -171,6 +207,7 @@ class WebSocketProtocol(asyncio.Protocol):
         payload = response.encode()
         if head_only and response.body:
             payload = payload[: len(payload) - len(response.body)]
+        self._state = _State.CLOSED
         self._transport.write(payload)
         self._transport.close()
         self._cancel_timer()
@@ -178,72 +215,114 @@ class WebSocketProtocol(asyncio.Protocol):
     def _accept(self, upgrade: handshake.Upgrade, rest: bytes) -> None:
         assert self._transport is not None
         self._transport.write(upgrade.encode())
-        options = self._options
-        self._ws = Protocol(
-            Side.SERVER,
-            state=State.OPEN,
-            max_size=(options.max_message_bytes, options.max_frame_bytes),
-            logger=logging.getLogger("executor.websocket.protocol"),
-        )
+        self._state = _State.OPEN
         self._connection = self._make_connection(self)
         self._cancel_timer()
-        self._schedule_ping(options.ping_interval)
+        self._schedule_ping(self._options.ping_interval)
         if rest:
             self._receive_frames(rest)
 
     # --- frames -----------------------------------------------------------------------------
 
     def _receive_frames(self, data: bytes) -> None:
-        assert self._ws is not None
-        self._ws.receive_data(data)
-        for frame in self._ws.events_received():
-            self._on_frame(frame)
-        self._flush()
+        try:
+            events = self._reader.feed(data)
+        except FrameError as exc:
+            # Events before the bad frame were already handed out by earlier feeds; the
+            # ones in this batch are dropped with the connection.
+            log.info("connection %s: protocol error: %s", self.peer, exc.reason)
+            self._fail(exc.code, exc.reason)
+            return
+        for event in events:
+            if type(event) is Message:
+                self._on_message(event)
+            elif type(event) is Ping:
+                if self._state is _State.OPEN:
+                    self._queue(PONG, event.payload)
+            elif type(event) is Pong:
+                self._on_pong()
+            else:
+                assert isinstance(event, Close)
+                self._on_close(event)
+                return
 
-    def _on_frame(self, frame: Any) -> None:
-        opcode = frame.opcode
-        if opcode is Opcode.TEXT or opcode is Opcode.BINARY:
-            self._fragments = [frame.data]
-            self._fragment_text = opcode is Opcode.TEXT
-        elif opcode is Opcode.CONT:
-            self._fragments.append(frame.data)
-        elif opcode is Opcode.PONG:
-            if self._awaiting_pong:
-                self._awaiting_pong = False
-                self._schedule_ping(self._options.ping_interval)
+    def _on_message(self, message: Message) -> None:
+        if self._state is not _State.OPEN:
+            return  # data after our close frame is discarded (RFC 6455 §1.4)
+        if message.text and not _valid_utf8(message.data):
+            self._fail(1007, "invalid UTF-8 in a text message")
             return
-        else:  # PING is answered and CLOSE handled by the sans-I/O protocol
-            return
-        if not frame.fin:
-            return
-        message = self._fragments[0] if len(self._fragments) == 1 else b"".join(self._fragments)
-        self._fragments = []
-        if self._fragment_text and not _valid_utf8(message):
-            self.close(1007, "invalid UTF-8 in a text message")
-            return
-        if self._connection is not None and not self._closing:
-            self._connection.message_received(bytes(message))
+        if self._connection is not None:
+            self._connection.message_received(message.data)
+
+    def _on_pong(self) -> None:
+        if self._awaiting_pong:
+            self._awaiting_pong = False
+            self._schedule_ping(self._options.ping_interval)
+
+    def _on_close(self, frame: Close) -> None:
+        if self._state is _State.OPEN:
+            # Echo the peer's code (RFC 6455 §5.5.1), then end TCP once it is written.
+            self._state = _State.CLOSING
+            payload = b"" if frame.code is None else close_payload(frame.code)
+            self._queue(CLOSE, payload)
+            self._flush()
+        self._state = _State.CLOSED
+        if self._transport is not None:
+            self._transport.close()
+        self._cancel_timer()
+
+    def _fail(self, code: int, reason: str) -> None:
+        """Fail the connection (RFC 6455 §7.1.7): send our close frame, then end TCP at once."""
+        if self._state is _State.OPEN:
+            self._queue(CLOSE, close_payload(code, reason))
+            self._flush()
+        self._state = _State.CLOSED
+        self._cancel_timer()
+        if self._transport is not None:
+            self._transport.close()  # written data is still flushed before the socket closes
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def _queue(self, opcode: int, payload: bytes) -> None:
+        outbox = self._outbox
+        outbox.append(frame_header(opcode, len(payload)))
+        outbox.append(payload)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
-        ws, transport = self._ws, self._transport
-        if ws is None or transport is None:
+        self._flush_scheduled = False
+        outbox, transport = self._outbox, self._transport
+        if not outbox or transport is None or transport.is_closing():
+            outbox.clear()
             return
-        for chunk in ws.data_to_send():
-            if chunk:
-                transport.write(chunk)
-            elif transport.can_write_eof():
-                transport.write_eof()
-        if ws.close_expected() and not self._closing:
-            self._closing = True
-            self._arm(self._options.close_timeout, self._abort)
-        if ws.state is State.CLOSED:
-            transport.close()
+        parts = _coalesce(outbox)
+        outbox.clear()
+        if len(parts) == 1:
+            transport.write(parts[0])
+            return
+        fd = self._fd
+        if fd >= 0 and not transport.get_write_buffer_size():
+            # Gathered write straight to the idle socket: a large payload is not copied into
+            # a joined buffer first (asyncio's writelines joins before Python 3.12).
+            try:
+                sent = os.writev(fd, parts)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                sent = 0  # the transport reports the error on its own write below
+            parts = _skip(parts, sent)
+            if not parts:
+                return
+        transport.write(b"".join(parts))
 
     # --- timers -----------------------------------------------------------------------------
 
     def _arm(self, delay: float, callback: Callable[[], None]) -> None:
         self._cancel_timer()
-        self._timer = asyncio.get_running_loop().call_later(delay, callback)
+        self._timer = self._loop.call_later(delay, callback)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -253,30 +332,62 @@ class WebSocketProtocol(asyncio.Protocol):
     def _schedule_ping(self, delay: float) -> None:
         if self._keepalive is not None:
             self._keepalive.cancel()
-        self._keepalive = asyncio.get_running_loop().call_later(delay, self._ping)
+        self._keepalive = self._loop.call_later(delay, self._ping)
 
     def _ping(self) -> None:
         """Keepalive: a dead peer is noticed after ``ping_interval + ping_timeout`` at most."""
-        if self._ws is None or self._ws.state is not State.OPEN:
+        if self._state is not _State.OPEN:
             return
         if self._awaiting_pong:
-            log.info("connection %s: no pong within %ss; dropping it", self.peer, self._options.ping_timeout)
+            log.info(
+                "connection %s: no pong within %ss; dropping it",
+                self.peer,
+                self._options.ping_timeout,
+            )
             self._abort()
             return
         self._awaiting_pong = True
-        self._ws.send_ping(b"keepalive")
-        self._flush()
+        self._queue(PING, b"keepalive")
         self._schedule_ping(self._options.ping_timeout)
 
     def _abort(self) -> None:
         self._cancel_timer()
         if self._keepalive is not None:
             self._keepalive.cancel()
+        self._state = _State.CLOSED
         if self._transport is not None:
             self._transport.abort()
 
 
+def _coalesce(parts: list[bytes]) -> list[bytes]:
+    """Join small neighbours so the kernel gets few, large buffers; big payloads stay as is."""
+    out: list[bytes] = []
+    small: list[bytes] = []
+    for part in parts:
+        if len(part) >= _JOIN_LIMIT:
+            if small:
+                out.append(b"".join(small))
+                small = []
+            out.append(part)
+        else:
+            small.append(part)
+    if small:
+        out.append(b"".join(small))
+    return out
+
+
+def _skip(parts: list[bytes], sent: int) -> list[bytes]:
+    """What is left of ``parts`` after the first ``sent`` bytes went out."""
+    for index, part in enumerate(parts):
+        if sent < len(part):
+            return [part[sent:], *parts[index + 1 :]]
+        sent -= len(part)
+    return []
+
+
 def _valid_utf8(data: bytes) -> bool:
+    if data.isascii():  # nearly every JSON message: checked in C without building a str
+        return True
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import queue
 import subprocess
 import threading
 import time
@@ -33,11 +32,14 @@ class _Inbox:
         self.responses: dict[Any, dict[str, Any]] = {}
         self.notifications: list[dict[str, Any]] = []
         self.out_of_band: list[dict[str, Any]] = []
+        #: Every message received, in arrival order (never consumed).
+        self.arrivals: list[dict[str, Any]] = []
         self.closed = False
         self.cond = threading.Condition()
 
     def put(self, message: dict[str, Any]) -> None:
         with self.cond:
+            self.arrivals.append(message)
             if "id" in message and ("result" in message or "error" in message):
                 if message["id"] == -1:
                     self.out_of_band.append(message)
@@ -87,7 +89,9 @@ class _Client:
             self._next_id += 1
             return value
 
-    def call(self, method: str, params: Any = None, *, timeout: float = 15.0, omit_params: bool = False) -> dict[str, Any]:
+    def call(
+        self, method: str, params: Any = None, *, timeout: float = 15.0, omit_params: bool = False
+    ) -> dict[str, Any]:
         """Send a request and return the raw response object."""
         request_id = self.next_id()
         message: dict[str, Any] = {"id": request_id, "method": method}
@@ -98,7 +102,9 @@ class _Client:
 
     def response(self, request_id: Any, *, timeout: float = 15.0) -> dict[str, Any]:
         """Wait for the response to ``request_id``."""
-        return self.inbox.wait(lambda: self.inbox.responses.pop(request_id, None), timeout, f"response {request_id}")
+        return self.inbox.wait(
+            lambda: self.inbox.responses.pop(request_id, None), timeout, f"response {request_id}"
+        )
 
     def request(self, method: str, params: Any = None, *, timeout: float = 15.0) -> Any:
         """Send a request; return its result or raise ``RpcError``."""
@@ -120,12 +126,20 @@ class _Client:
         self.notify("initialized", {})
         return result
 
-    def notification(self, method: str | None = None, *, timeout: float = 15.0, where: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
+    def notification(
+        self,
+        method: str | None = None,
+        *,
+        timeout: float = 15.0,
+        where: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> dict[str, Any]:
         """Wait for (and consume) the first notification matching ``method`` and ``where``."""
 
         def find() -> dict[str, Any] | None:
             for index, note in enumerate(self.inbox.notifications):
-                if (method is None or note.get("method") == method) and (where is None or where(note)):
+                if (method is None or note.get("method") == method) and (
+                    where is None or where(note)
+                ):
                     return self.inbox.notifications.pop(index)
             return None
 
@@ -133,20 +147,42 @@ class _Client:
 
     def out_of_band(self, *, timeout: float = 15.0) -> dict[str, Any]:
         """Wait for an error response with id -1."""
-        return self.inbox.wait(lambda: self.inbox.out_of_band.pop(0) if self.inbox.out_of_band else None, timeout, "an id -1 error")
+        return self.inbox.wait(
+            lambda: self.inbox.out_of_band.pop(0) if self.inbox.out_of_band else None,
+            timeout,
+            "an id -1 error",
+        )
 
     def process_events(self, process_id: str, *, timeout: float = 15.0) -> list[dict[str, Any]]:
         """Every notification of ``process_id`` up to and including ``process/closed``."""
         events: list[dict[str, Any]] = []
         while True:
-            note = self.notification(timeout=timeout, where=lambda n: n.get("params", {}).get("processId") == process_id)
+            note = self.notification(
+                timeout=timeout, where=lambda n: n.get("params", {}).get("processId") == process_id
+            )
             events.append(note)
             if note["method"] == "process/closed":
                 return events
 
-    def run(self, process_id: str, argv: list[str], *, cwd: str = "file:///tmp", env: dict[str, str] | None = None, timeout: float = 15.0, **extra: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def run(
+        self,
+        process_id: str,
+        argv: list[str],
+        *,
+        cwd: str = "file:///tmp",
+        env: dict[str, str] | None = None,
+        timeout: float = 15.0,
+        **extra: Any,
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """Start a process and collect its events until closed."""
-        params = {"processId": process_id, "argv": argv, "cwd": cwd, "env": env if env is not None else {"PATH": "/usr/bin:/bin"}, "tty": False, **extra}
+        params = {
+            "processId": process_id,
+            "argv": argv,
+            "cwd": cwd,
+            "env": env if env is not None else {"PATH": "/usr/bin:/bin"},
+            "tty": False,
+            **extra,
+        }
         result = self.request("process/start", params)
         return result, self.process_events(process_id, timeout=timeout)
 
@@ -209,14 +245,29 @@ class StdioClient(_Client):
     def __init__(self, process: subprocess.Popen[bytes]) -> None:
         super().__init__()
         self.process = process
-        assert process.stdin is not None and process.stdout is not None
+        #: Every raw line the daemon wrote on stdout, in order (to check nothing but JSON is there).
+        self.lines: list[bytes] = []
+        assert process.stdin is not None
+        assert process.stdout is not None
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        #: Everything the daemon wrote on stderr so far (drained so the pipe never fills up).
+        self.stderr = bytearray()
+        self._stderr_reader: threading.Thread | None = None
+        if process.stderr is not None:
+            self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True)
+            self._stderr_reader.start()
+
+    def _read_stderr(self) -> None:
+        assert self.process.stderr is not None
+        while chunk := self.process.stderr.read1(65536):
+            self.stderr += chunk
 
     def _read(self) -> None:
         assert self.process.stdout is not None
         try:
             for line in self.process.stdout:
+                self.lines.append(line)
                 if line.strip():
                     self.inbox.put(json.loads(line))
         finally:
@@ -232,3 +283,31 @@ class StdioClient(_Client):
     def send(self, message: dict[str, Any]) -> None:
         """Send one JSON object as one line."""
         self.send_raw(json.dumps(message) + "\n")
+
+    def close_stdin(self) -> None:
+        """Send EOF to the daemon."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+
+    def wait(self, timeout: float = 15.0) -> int:
+        """Wait for the daemon to exit; returns its status."""
+        return self.process.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        """End the daemon (EOF, then kill if it lingers) and close the pipes."""
+        if self.process.poll() is None:
+            try:
+                self.close_stdin()
+            except OSError:
+                pass
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        for thread in (self._reader, self._stderr_reader):
+            if thread is not None:
+                thread.join(timeout=5)
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()

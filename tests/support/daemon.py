@@ -23,15 +23,24 @@ def executor_command() -> list[str]:
 class RunningDaemon:
     """A daemon subprocess listening on ``url``; its stderr goes to ``log_path``."""
 
-    def __init__(self, args: Sequence[str] = (), env: dict[str, str] | None = None, cwd: str | None = None) -> None:
-        self.log_file = tempfile.NamedTemporaryFile(prefix="executor-log-", suffix=".txt", delete=False)  # noqa: SIM115
+    def __init__(
+        self,
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        *,
+        unset: Sequence[str] = (),
+    ) -> None:
+        self.log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
+            prefix="executor-log-", suffix=".txt", delete=False
+        )
         self.log_path = Path(self.log_file.name)
         self.process = subprocess.Popen(
             [*executor_command(), "serve", "--listen", "ws://127.0.0.1:0", *args],
             stdout=subprocess.PIPE,
             stderr=self.log_file,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
+            env={k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset},
             cwd=cwd,
         )
         assert self.process.stdout is not None
@@ -71,10 +80,12 @@ class RunningDaemon:
         return self.process.returncode
 
 
-def start_stdio(args: Sequence[str] = (), env: dict[str, str] | None = None) -> StdioClient:
-    """``executor serve --listen stdio`` with a client on its pipes."""
+def start_stdio(
+    args: Sequence[str] = (), env: dict[str, str] | None = None, *, listen: str = "stdio"
+) -> StdioClient:
+    """``executor serve --listen stdio`` (or ``listen``) with a client on its pipes."""
     process = subprocess.Popen(
-        [*executor_command(), "serve", "--listen", "stdio", *args],
+        [*executor_command(), "serve", "--listen", listen, *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

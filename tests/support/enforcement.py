@@ -15,7 +15,7 @@ def enforcement_required() -> bool:
 
 
 def skip_unless(condition: bool, reason: str) -> None:
-    """Skip the calling test when ``condition`` is false, or fail it where enforcement is required."""
+    """Skip the calling test when ``condition`` is false, or fail it where enforcement is needed."""
     if condition:
         return
     if enforcement_required():

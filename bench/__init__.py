@@ -1,0 +1,1 @@
+"""Benchmarks of the executor daemon against the reference ``codex exec-server``."""

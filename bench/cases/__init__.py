@@ -1,0 +1,1 @@
+"""Benchmark cases: every module here exposes ``CASES: list[bench.harness.Case]``."""

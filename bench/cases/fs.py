@@ -1,0 +1,234 @@
+"""Filesystem throughput and memory: one 64 MiB file, whole and streamed.
+
+Cases (each ``run(target)`` returns ``{metric: value}``; see ``bench/harness.py``):
+
+* ``fs.readFile`` — ``fs/readFile`` of a 64 MiB file of random bytes, one request; metric
+  ``fs.readFile.64MiB`` in MB/s (10^6 file bytes per second of wall time between sending
+  the request and holding the parsed response; the base64 is decoded and checked after the
+  clock stops). One untimed read first warms the page cache and the daemon.
+* ``fs.readBlock`` — the same file through ``fs/open`` + ``fs/readBlock`` in 1 MiB blocks,
+  one request at a time (as a client streaming a file does), then ``fs/close``; metrics
+  ``fs.readBlock.64MiB`` in MB/s (blocks decoded and checked after the clock stops) and
+  ``fs.readBlock.rss_growth``: the daemon's peak resident memory during the stream minus
+  its resident memory just before, in MiB (target < 16 MiB).
+  The peak is the kernel's high-water mark (``VmHWM`` after resetting it through
+  ``/proc/<pid>/clear_refs``) where permitted, else the maximum of samples taken every 2 ms.
+  It needs the daemon's pid, so it is skipped for a reference given only by URL, and it
+  runs on a fresh daemon so that no earlier case has raised the heap already.
+
+The file is written once per runner into ``target.workdir`` and read by the daemon under
+test from there (the daemon runs on this host). Only ``bench.harness`` and the case's own
+code are used: no test helpers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import quote
+
+import psutil
+
+from bench.harness import Case, Metric, Target
+
+MiB: Final = 1024 * 1024
+FILE_BYTES: Final = 64 * MiB
+BLOCK_BYTES: Final = MiB
+_MB: Final = 1_000_000
+_FILE_NAME: Final = "fs-bench-64MiB.bin"
+_SAMPLE_SECONDS: Final = 0.002
+_NOT_THE_DAEMON: Final = frozenset({"sh", "dash", "bash", "node", "nodejs"})
+
+
+def _uri(path: Path) -> str:
+    return "file://" + quote(str(path))
+
+
+def bench_file(workdir: Path) -> tuple[Path, str]:
+    """The 64 MiB random file in ``workdir`` (written on first use) and its SHA-256."""
+    path = workdir / _FILE_NAME
+    digest_path = workdir / (_FILE_NAME + ".sha256")
+    if path.exists() and digest_path.exists():
+        return path, digest_path.read_text()
+    digest = hashlib.sha256()
+    with path.open("wb") as handle:
+        for _ in range(FILE_BYTES // MiB):
+            chunk = os.urandom(MiB)
+            digest.update(chunk)
+            handle.write(chunk)
+    digest_path.write_text(digest.hexdigest())
+    return path, digest.hexdigest()
+
+
+async def read_file(target: Target) -> dict[str, float]:
+    """``fs/readFile`` of 64 MiB: MB/s, answer verified."""
+    path, expected = bench_file(target.workdir)
+    client = await target.session()
+    try:
+        await client.request("fs/readFile", {"path": _uri(path)})  # warm-up, untimed
+        started = time.perf_counter()
+        result = await client.request("fs/readFile", {"path": _uri(path)})
+        elapsed = time.perf_counter() - started
+    finally:
+        client.close()
+    data = base64.b64decode(result["dataBase64"])
+    _verify(data, expected)
+    return {"fs.readFile.64MiB": len(data) / _MB / elapsed}
+
+
+async def read_blocks(target: Target) -> dict[str, float]:
+    """64 MiB through ``fs/readBlock`` in 1 MiB blocks: MB/s and daemon peak RSS growth."""
+    path, expected = bench_file(target.workdir)
+    process = daemon_process(target)
+    client = await target.session()
+    try:
+        await client.request("fs/open", {"handleId": "bench", "path": _uri(path)})
+        await client.request("fs/readBlock", {"handleId": "bench", "offset": 0, "len": BLOCK_BYTES})
+        async with PeakRss(process) as memory:
+            started = time.perf_counter()
+            chunks = await _stream(client, "bench")
+            elapsed = time.perf_counter() - started
+        await client.request("fs/close", {"handleId": "bench"})
+    finally:
+        client.close()
+    digest, total = _digest(chunks)
+    if digest != expected or total != FILE_BYTES:
+        raise AssertionError(f"fs/readBlock returned {total} bytes with another digest")
+    result = {"fs.readBlock.64MiB": total / _MB / elapsed}
+    if memory.growth_mib is not None:
+        result["fs.readBlock.rss_growth"] = memory.growth_mib
+    return result
+
+
+async def _stream(client: Any, handle_id: str) -> list[str]:
+    """Every block's base64 text; decoding waits until the clock has stopped."""
+    chunks: list[str] = []
+    offset = 0
+    while True:
+        params = {"handleId": handle_id, "offset": offset, "len": BLOCK_BYTES}
+        block = await client.request("fs/readBlock", params)
+        chunks.append(block["chunk"])
+        offset += (len(block["chunk"]) // 4) * 3 - block["chunk"][-2:].count("=")
+        if block["eof"]:
+            return chunks
+
+
+def _digest(chunks: list[str]) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    total = 0
+    for chunk in chunks:
+        data = base64.b64decode(chunk)
+        digest.update(data)
+        total += len(data)
+    return digest.hexdigest(), total
+
+
+def _verify(data: bytes, expected: str) -> None:
+    if len(data) != FILE_BYTES or hashlib.sha256(data).hexdigest() != expected:
+        raise AssertionError(f"fs/readFile returned {len(data)} bytes with another digest")
+
+
+# --- daemon memory ----------------------------------------------------------------------------
+
+
+def daemon_process(target: Target) -> psutil.Process | None:
+    """The process that serves requests: not the shell, node wrapper or launcher in front."""
+    if target.daemon is None:
+        return None
+    root = psutil.Process(target.daemon.pid)
+    for process in (root, *root.children(recursive=True)):
+        with contextlib.suppress(psutil.Error):
+            cmdline = " ".join(process.cmdline())
+            if process.name() in _NOT_THE_DAEMON or "zygote.py" in cmdline:
+                continue
+            if "serve --listen" in cmdline or "exec-server" in cmdline:
+                return process
+    return None
+
+
+class PeakRss:
+    """Peak resident memory of a process over an ``async with`` block, as growth in MiB."""
+
+    def __init__(self, process: psutil.Process | None) -> None:
+        self.process = process
+        self.growth_mib: float | None = None
+        self._baseline = 0
+        self._peak = 0
+        self._hwm_reset = False
+        self._sampler: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> PeakRss:
+        if self.process is not None:
+            self._baseline = self._peak = self.process.memory_info().rss
+            self._hwm_reset = _reset_hwm(self.process.pid)
+            self._sampler = asyncio.get_running_loop().create_task(self._sample())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.process is None or self._sampler is None:
+            return
+        self._sampler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._sampler
+        peak = max(self._peak, self.process.memory_info().rss)
+        if self._hwm_reset:
+            peak = max(peak, _read_hwm(self.process.pid) or 0)
+        self.growth_mib = max(peak - self._baseline, 0) / MiB
+
+    async def _sample(self) -> None:
+        assert self.process is not None
+        while True:
+            with contextlib.suppress(psutil.Error):
+                self._peak = max(self._peak, self.process.memory_info().rss)
+            await asyncio.sleep(_SAMPLE_SECONDS)
+
+
+def _reset_hwm(pid: int) -> bool:
+    """Reset the kernel's peak-RSS mark of ``pid`` (``clear_refs`` value 5)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _read_hwm(pid: int) -> int | None:
+    for line in _status_lines(pid):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def _status_lines(pid: int) -> Iterator[str]:
+    try:
+        yield from Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return
+
+
+CASES = [
+    Case(
+        name="fs.readFile",
+        description="fs/readFile of a 64 MiB file (one response, decoded and verified)",
+        metrics=(Metric(name="fs.readFile.64MiB", unit="MB/s", better="higher", target=1.0),),
+        run=read_file,
+    ),
+    Case(
+        name="fs.readBlock",
+        description="64 MiB through fs/readBlock in 1 MiB blocks, one at a time",
+        metrics=(
+            Metric(name="fs.readBlock.64MiB", unit="MB/s", better="higher", target=1.0),
+            Metric(name="fs.readBlock.rss_growth", unit="MiB", better="lower", absolute=16.0),
+        ),
+        run=read_blocks,
+        fresh_daemon=True,
+        needs_local=True,
+    ),
+]

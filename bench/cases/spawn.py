@@ -1,0 +1,106 @@
+"""Spawning: /bin/true start-to-closed latency, and 100 sleepers started at once."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+
+from bench.client import BenchClient
+from bench.harness import Case, Metric, Target, settle
+
+ISOLATED_RUNS = 20
+BACK_TO_BACK_RUNS = 40
+BURST = 100
+
+_ids = iter(range(10**9))
+
+
+async def _true_once(client: BenchClient) -> float:
+    """Seconds from sending process/start to receiving process/closed."""
+    process_id = f"t{next(_ids)}"
+    watch = client.watch(process_id)
+    started = time.perf_counter()
+    await client.request("process/start", client.start_params(process_id, ["/bin/true"]))
+    await asyncio.wait_for(watch.closed, 30)
+    elapsed = time.perf_counter() - started
+    del client.listeners[process_id]
+    return elapsed
+
+
+async def isolated(target: Target) -> dict[str, float]:
+    """Median latency of /bin/true runs with 50 ms of idle time between them."""
+    client = await target.session()
+    try:
+        await _true_once(client)  # warm-up (starts ours' launcher server)
+        samples = []
+        for _ in range(ISOLATED_RUNS):
+            await asyncio.sleep(0.05)
+            samples.append(await _true_once(client))
+    finally:
+        client.close()
+    return {"spawn.isolated": statistics.median(samples) * 1000}
+
+
+async def back_to_back(target: Target) -> dict[str, float]:
+    """Median latency of /bin/true runs started one right after the other closed."""
+    client = await target.session()
+    try:
+        await _true_once(client)
+        samples = [await _true_once(client) for _ in range(BACK_TO_BACK_RUNS)]
+    finally:
+        client.close()
+    return {"spawn.back_to_back": statistics.median(samples) * 1000}
+
+
+async def burst(target: Target) -> dict[str, float]:
+    """100 ``sleep 1; echo x`` started in one write; seconds until all closed; RSS after."""
+    client = await target.session()
+    try:
+        await _true_once(client)
+        watches = []
+        started = time.perf_counter()
+        futures = []
+        for _ in range(BURST):
+            process_id = f"s{next(_ids)}"
+            watches.append(client.watch(process_id))
+            params = client.start_params(process_id, ["/bin/sh", "-c", "sleep 1; echo x"])
+            futures.append(client.submit("process/start", params))
+        for response in await asyncio.gather(*futures):
+            assert "result" in response, response
+        await asyncio.wait_for(asyncio.gather(*(w.closed for w in watches)), 60)
+        elapsed = time.perf_counter() - started
+        assert all(w.output_bytes == 2 for w in watches)
+    finally:
+        client.close()
+    result = {"spawn.burst100": elapsed}
+    if target.daemon is not None:
+        await settle(0.3)
+        result["spawn.burst100.rss"] = target.rss_mib().get("daemon", 0.0)
+    return result
+
+
+CASES = [
+    Case(
+        name="spawn.isolated",
+        description="/bin/true, process/start to process/closed, 50 ms apart (median)",
+        metrics=(Metric(name="spawn.isolated", unit="ms", better="lower", target=1.0),),
+        run=isolated,
+    ),
+    Case(
+        name="spawn.back_to_back",
+        description="/bin/true, process/start to process/closed, one after another (median)",
+        metrics=(Metric(name="spawn.back_to_back", unit="ms", better="lower", target=1.0),),
+        run=back_to_back,
+    ),
+    Case(
+        name="spawn.burst100",
+        description="100 x `sleep 1; echo x` started at once, until all closed; daemon RSS after",
+        metrics=(
+            Metric(name="spawn.burst100", unit="s", better="lower", absolute=1.1),
+            Metric(name="spawn.burst100.rss", unit="MiB", better="lower", target=1.0),
+        ),
+        run=burst,
+        fresh_daemon=True,
+    ),
+]

@@ -1,0 +1,330 @@
+"""A lean asyncio WebSocket client for benchmarks: the client must never be the bottleneck.
+
+It speaks just enough RFC 6455 for an exec-server: one upgrade, unfragmented masked text
+frames out (with an all-zero mask, which the RFC permits a server to accept and which makes
+masking free), text/binary/ping/close frames in. Responses are matched to requests by id;
+notifications are routed to per-process listeners. ``TCP_NODELAY`` is set so that the
+client's own Nagle delay never shows up in a latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import socket
+import struct
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+try:
+    import orjson
+
+    def _loads(data: bytes | bytearray) -> Any:
+        return orjson.loads(data)
+
+    def _dumps(value: Any) -> bytes:
+        return orjson.dumps(value)
+
+except ImportError:  # pragma: no cover - the benchmark venv has orjson
+    import json
+
+    def _loads(data: bytes | bytearray) -> Any:
+        return json.loads(bytes(data))
+
+    def _dumps(value: Any) -> bytes:
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
+__all__ = ["BenchClient", "RpcFailure", "frame"]
+
+_ZERO_MASK = b"\x00\x00\x00\x00"
+Listener = Callable[[dict[str, Any]], None]
+
+
+class RpcFailure(Exception):
+    """An error response."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(f"{error.get('code')}: {error.get('message')}")
+        self.error = error
+
+
+def frame(payload: bytes, opcode: int = 0x1) -> bytes:
+    """One final, masked (zero key) client frame."""
+    length = len(payload)
+    if length < 126:
+        header = struct.pack("!BB", 0x80 | opcode, 0x80 | length)
+    elif length < 1 << 16:
+        header = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, length)
+    else:
+        header = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, length)
+    return header + _ZERO_MASK + payload
+
+
+class BenchClient(asyncio.Protocol):
+    """One WebSocket connection to an exec-server."""
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._upgraded = False
+        self._opened: asyncio.Future[None] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+        self._pending: dict[Any, asyncio.Future[dict[str, Any]]] = {}
+        self._next_id = 1
+        self.listeners: dict[str, Listener] = {}
+        self.unrouted = 0
+        #: Frames queued while handling inbound data; flushed in one write afterwards.
+        self._outbox: list[bytes] = []
+        self._pipeline: _Pipeline | None = None
+        self.session_id: str | None = None
+
+    # --- connection -------------------------------------------------------------------------
+
+    @classmethod
+    async def connect(cls, url: str, *, initialize: bool = True) -> BenchClient:
+        """Connect (and by default complete the handshake)."""
+        parts = urlsplit(url)
+        assert parts.hostname is not None
+        assert parts.port is not None
+        loop = asyncio.get_running_loop()
+        _transport, client = await loop.create_connection(cls, parts.hostname, parts.port)
+        key = base64.b64encode(os.urandom(16)).decode()
+        host = f"{parts.hostname}:{parts.port}"
+        client._write(
+            (
+                f"GET / HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
+        await asyncio.wait_for(client._opened, 10)
+        if initialize:
+            result = await client.request("initialize", {"clientName": "bench"})
+            client.session_id = result["sessionId"]
+            client.notify("initialized", {})
+        return client
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._opened.done():
+            self._opened.set_exception(ConnectionError("closed during the upgrade"))
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionError("connection lost"))
+        self._pending.clear()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def close(self) -> None:
+        """Drop the connection."""
+        if self._transport is not None:
+            self._transport.close()
+
+    def _write(self, data: bytes) -> None:
+        assert self._transport is not None
+        self._transport.write(data)
+
+    # --- inbound ----------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if not self._upgraded:
+            end = self._buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            status = bytes(self._buffer[:end]).split(b" ", 2)[1]
+            del self._buffer[: end + 4]
+            if status != b"101":
+                self._opened.set_exception(ConnectionError(f"upgrade refused: {status!r}"))
+                return
+            self._upgraded = True
+            self._opened.set_result(None)
+        self._parse_frames()
+        if self._outbox:
+            data = b"".join(self._outbox)
+            self._outbox.clear()
+            self._write(data)
+
+    def _parse_frames(self) -> None:
+        buffer = self._buffer
+        offset, size = 0, len(buffer)
+        while size - offset >= 2:
+            first, second = buffer[offset], buffer[offset + 1]
+            length = second & 0x7F
+            head = 2
+            if length == 126:
+                if size - offset < 4:
+                    break
+                length = int.from_bytes(buffer[offset + 2 : offset + 4], "big")
+                head = 4
+            elif length == 127:
+                if size - offset < 10:
+                    break
+                length = int.from_bytes(buffer[offset + 2 : offset + 10], "big")
+                head = 10
+            if size - offset < head + length:
+                break
+            payload = buffer[offset + head : offset + head + length]
+            offset += head + length
+            run = self._pipeline
+            if run is not None and payload[:6] == b'{"id":':
+                run.answered(self._outbox)
+                continue
+            if run is not None and payload[:9] == b'{"error":':
+                run.failed(_loads(payload)["error"])
+                continue
+            self._on_frame(first & 0x0F, payload)
+        del buffer[:offset]
+
+    def _on_frame(self, opcode: int, payload: bytearray) -> None:
+        if opcode in (0x1, 0x2):
+            self._on_message(_loads(payload))
+        elif opcode == 0x9:
+            self._write(frame(bytes(payload), 0xA))
+        elif opcode == 0x8:
+            self.close()
+
+    def _on_message(self, message: dict[str, Any]) -> None:
+        if "method" in message:
+            params = message.get("params") or {}
+            listener = self.listeners.get(str(params.get("processId")))
+            if listener is not None:
+                listener(message)
+            else:
+                self.unrouted += 1
+            return
+        future = self._pending.pop(message.get("id"), None)
+        if future is not None and not future.done():
+            future.set_result(message)
+
+    # --- outbound ---------------------------------------------------------------------------
+
+    def notify(self, method: str, params: Any = None) -> None:
+        """Send a notification."""
+        self._write(frame(_dumps({"method": method, "params": params})))
+
+    def submit(self, method: str, params: Any = None) -> asyncio.Future[dict[str, Any]]:
+        """Send a request; the future resolves with the raw response object."""
+        request_id = self._next_id
+        self._next_id += 1
+        future: asyncio.Future[dict[str, Any]] = self._loop.create_future()
+        self._pending[request_id] = future
+        self._write(frame(_dumps({"id": request_id, "method": method, "params": params})))
+        return future
+
+    async def request(self, method: str, params: Any = None) -> Any:
+        """Send a request and return its result (``RpcFailure`` on an error response)."""
+        response = await self.submit(method, params)
+        if "error" in response:
+            raise RpcFailure(response["error"])
+        return response["result"]
+
+    async def pipeline(self, method: str, params: Any, count: int, window: int = 128) -> None:
+        """Send ``count`` identical requests, at most ``window`` in flight; wait for all.
+
+        The window keeps the measurement about request handling rather than buffering (and
+        the reference wedges when ~1,000 requests with large answers are pipelined, §10a).
+        Frames are built before the clock matters, and answers are counted on the receive
+        path without decoding them (``{"id":`` starts a result, ``{"error":`` an error, as
+        both servers encode them), each releasing the next request in the same write.
+        """
+        first = self._next_id
+        self._next_id += count
+        frames = [
+            frame(_dumps({"id": request_id, "method": method, "params": params}))
+            for request_id in range(first, first + count)
+        ]
+        run = _Pipeline(self._loop.create_future(), frames)
+        self._pipeline = run
+        self._write(b"".join(run.take(window)))
+        try:
+            await run.done
+        finally:
+            self._pipeline = None
+
+    # --- processes --------------------------------------------------------------------------
+
+    def watch(self, process_id: str) -> ProcessWatch:
+        """Listen to a process's notifications (register before starting it)."""
+        watch = ProcessWatch(self._loop)
+        self.listeners[process_id] = watch.on_event
+        return watch
+
+    def start_params(
+        self, process_id: str, argv: Iterable[str], *, cwd: str = "file:///tmp", **extra: Any
+    ) -> dict[str, Any]:
+        """``process/start`` params with the usual defaults."""
+        return {
+            "processId": process_id,
+            "argv": list(argv),
+            "cwd": cwd,
+            "env": {"PATH": "/usr/bin:/bin"},
+            "tty": False,
+            **extra,
+        }
+
+
+class ProcessWatch:
+    """Counts a process's output and resolves ``closed`` on ``process/closed``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.closed: asyncio.Future[float] = loop.create_future()
+        self.exited_at: float | None = None
+        self.output_bytes = 0
+        self.exit_code: int | None = None
+        self._loop = loop
+
+    def on_event(self, message: dict[str, Any]) -> None:
+        """A notification of this process."""
+        method = message["method"]
+        params = message["params"]
+        if method == "process/output":
+            chunk = params["chunk"]
+            self.output_bytes += len(chunk) // 4 * 3 - chunk[-2:].count("=") if chunk else 0
+        elif method == "process/exited":
+            self.exited_at = self._loop.time()
+            self.exit_code = params["exitCode"]
+        elif method == "process/closed" and not self.closed.done():
+            self.closed.set_result(self._loop.time())
+
+
+class _Pipeline:
+    """State of one ``pipeline()`` run: prebuilt frames, and how many were answered."""
+
+    __slots__ = ("count", "done", "frames", "next", "received")
+
+    def __init__(self, done: asyncio.Future[None], frames: list[bytes]) -> None:
+        self.done = done
+        self.frames = frames
+        self.count = len(frames)
+        self.next = 0
+        self.received = 0
+
+    def take(self, n: int) -> list[bytes]:
+        """The next ``n`` request frames (fewer at the end)."""
+        start, self.next = self.next, min(self.count, self.next + n)
+        return self.frames[start : self.next]
+
+    def answered(self, outbox: list[bytes]) -> None:
+        """One more result: release the next request into ``outbox``."""
+        self.received += 1
+        if self.next < self.count:
+            outbox.append(self.frames[self.next])
+            self.next += 1
+        elif self.received == self.count and not self.done.done():
+            self.done.set_result(None)
+
+    def failed(self, error: dict[str, Any]) -> None:
+        """An error response ends the run."""
+        if not self.done.done():
+            self.done.set_exception(RpcFailure(error))

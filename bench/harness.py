@@ -1,0 +1,257 @@
+"""What a benchmark case is, what it is given, and how daemons under test are started.
+
+A case module (``bench/cases/<name>.py``) exposes ``CASES: list[Case]``. The runner calls
+``await case.run(target)`` once per trial and per target (ours, then the reference, then
+ours again...), and the call returns ``{metric name: value}`` for the metrics the case
+declares. ``Target`` is everything a case may use: the URL, a connected and initialized
+client, the daemon's memory, a scratch directory. See ``bench/README.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from bench.client import BenchClient
+
+__all__ = ["Case", "DaemonProcess", "Metric", "Target", "free_port"]
+
+MiB = 1024 * 1024
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Metric:
+    """One number a case reports.
+
+    ``target`` is the goal as a ratio ours/reference: with ``better="higher"`` ours must be
+    at least ``target`` times the reference, with ``"lower"`` at most ``target`` times.
+    ``absolute`` is an optional bound on our value alone (e.g. 1.1 s for 100 sleepers).
+    """
+
+    name: str
+    unit: str
+    better: str = "higher"
+    target: float | None = None
+    absolute: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.better not in ("higher", "lower"):
+            raise ValueError(f"better must be 'higher' or 'lower', not {self.better!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Case:
+    """A benchmark case: a coroutine function producing the declared metrics.
+
+    ``fresh_daemon``: the runner starts a new daemon for every run of this case (for
+    memory measurements that must not see earlier cases). ``needs_local``: the case needs
+    the daemon's pid (RSS); it is skipped for a reference given only by URL.
+    """
+
+    name: str
+    description: str
+    metrics: tuple[Metric, ...]
+    run: Callable[[Target], Awaitable[dict[str, float]]]
+    fresh_daemon: bool = False
+    needs_local: bool = False
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass(eq=False)
+class DaemonProcess:
+    """A daemon under test, started from a shell command with an optional ``{port}``."""
+
+    command: str
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    url: str = ""
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start the command and wait for it to print its URL (or to accept connections)."""
+        port = free_port()
+        argv, assignments = _command_line(self.command.replace("{port}", str(port)))
+        self.process = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **self.env, **assignments},
+            start_new_session=True,
+            # The daemon must not outlive the runner (killed, interrupted, crashed).
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - the runner starts no threads
+        )
+        assert self.process.stdout is not None
+        line = _readline(self.process.stdout, timeout).decode().strip()
+        self.url = line if line.startswith("ws://") else f"ws://127.0.0.1:{port}"
+        _wait_listening(self.url, timeout)
+
+    @property
+    def pid(self) -> int:
+        """The pid of the started command."""
+        assert self.process is not None
+        return self.process.pid
+
+    def stop(self) -> None:
+        """SIGTERM the daemon's process group, then SIGKILL what is left."""
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.process = None
+
+
+_SHELL_SYNTAX = set("|&;<>()$`\\\"'*?[]#~{}")
+
+
+def _command_line(command: str) -> tuple[list[str], dict[str, str]]:
+    """argv and leading ``NAME=value`` assignments; a shell only when the command needs one.
+
+    Without a shell in between, the daemon is the runner's own child, so it gets the
+    runner's death signal and ``stop()`` signals the daemon itself.
+    """
+    words = shlex.split(command)
+    assignments: dict[str, str] = {}
+    while words and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
+        name, value = words.pop(0).split("=", 1)
+        assignments[name] = value
+    if not words or any(char in _SHELL_SYNTAX for word in words for char in word):
+        return ["/bin/sh", "-c", command], {}
+    return words, assignments
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the runner dies (Linux)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def _readline(stream: object, timeout: float) -> bytes:
+    import select
+
+    fd = stream.fileno()  # type: ignore[attr-defined]
+    data = b""
+    deadline = time.monotonic() + timeout
+    while not data.endswith(b"\n"):
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            raise TimeoutError("the daemon printed no URL line")
+        part = os.read(fd, 1)
+        if not part:
+            break
+        data += part
+    return data
+
+
+def _wait_listening(url: str, timeout: float) -> None:
+    host, port = url.removeprefix("ws://").rstrip("/").rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@dataclass(eq=False)
+class Target:
+    """What a case is given: one daemon under test (ours or the reference)."""
+
+    #: ``"ours"`` or ``"reference"``.
+    name: str
+    #: The WebSocket URL to connect to.
+    url: str
+    #: The daemon process, when the runner started it (None for ``--reference-url``).
+    daemon: DaemonProcess | None = None
+    #: A scratch directory that lives as long as the runner.
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bench-")))
+
+    async def session(self) -> BenchClient:
+        """A new connection that has completed the handshake. Close it when done."""
+        return await BenchClient.connect(self.url)
+
+    def rss_mib(self) -> dict[str, float]:
+        """Resident memory in MiB per role: ``daemon`` and, when present, ``launcher``.
+
+        Ours: the Python daemon and its launcher server (``zygote.py``). The reference is
+        started through a node wrapper: ``daemon`` is its native ``codex`` process and
+        ``wrapper`` the node process in front of it.
+        """
+        if self.daemon is None:
+            return {}
+        root = psutil.Process(self.daemon.pid)
+        processes = [root, *root.children(recursive=True)]
+        roles: dict[str, float] = {}
+        for process in processes:
+            try:
+                cmdline = " ".join(process.cmdline())
+                rss = process.memory_info().rss / MiB
+            except psutil.Error:
+                continue
+            role = _role(process, cmdline)
+            if role is not None:
+                roles[role] = roles.get(role, 0.0) + rss
+        return roles
+
+    def close(self) -> None:
+        """Remove the scratch directory."""
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _role(process: psutil.Process, cmdline: str) -> str | None:
+    if "zygote.py" in cmdline:
+        return "launcher"
+    if process.name() in ("node", "nodejs"):
+        return "wrapper"
+    if "serve --listen" in cmdline or "exec-server" in cmdline:
+        return "daemon"
+    return None  # the shell in front, commands and their supervisors are not the daemon
+
+
+def our_command() -> str:
+    """How the runner starts our daemon."""
+    executor = Path(sys.executable).with_name("executor")
+    program = str(executor) if executor.exists() else f"{sys.executable} -m executor"
+    return f"{program} serve --listen ws://127.0.0.1:{{port}} --log-level warning"
+
+
+async def settle(seconds: float = 0.3) -> None:
+    """Let a daemon finish background work before measuring memory."""
+    await asyncio.sleep(seconds)

@@ -1,0 +1,176 @@
+"""The sans-I/O WebSocket frame reader (RFC 6455 §5) as a unit: events, limits, errors."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+
+from executor.transports import frames
+from executor.transports.frames import (
+    Close,
+    FrameError,
+    FrameReader,
+    Message,
+    Ping,
+    Pong,
+    close_payload,
+    frame_header,
+)
+
+TEXT, BINARY, CONT, CLOSE, PING, PONG = 0x1, 0x2, 0x0, 0x8, 0x9, 0xA
+
+
+def client_frame(
+    opcode: int, payload: bytes, *, fin: bool = True, rsv: int = 0, masked: bool = True
+) -> bytes:
+    """A frame as a client sends it (masked with a random key)."""
+    first = (0x80 if fin else 0) | rsv | opcode
+    length = len(payload)
+    mask_bit = 0x80 if masked else 0
+    if length < 126:
+        header = struct.pack("!BB", first, mask_bit | length)
+    elif length < 65536:
+        header = struct.pack("!BBH", first, mask_bit | 126, length)
+    else:
+        header = struct.pack("!BBQ", first, mask_bit | 127, length)
+    if not masked:
+        return header + payload
+    key = os.urandom(4)
+    return header + key + frames._python_apply_mask(payload, key)
+
+
+def reader(max_frame: int = 1 << 20, max_message: int = 1 << 22) -> FrameReader:
+    """A reader with generous limits."""
+    return FrameReader(max_frame=max_frame, max_message=max_message)
+
+
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 65535, 65536, 200_000], ids=str)
+def test_lengths_of_every_encoding(size: int) -> None:
+    """7-bit, 16-bit and 64-bit lengths all decode to the exact payload."""
+    payload = os.urandom(size)
+    assert reader().feed(client_frame(BINARY, payload)) == [Message(payload, False)]
+
+
+def test_many_frames_in_one_feed_and_split_across_feeds() -> None:
+    """Several frames in one chunk, and one frame split byte by byte, both work."""
+    data = b"".join(client_frame(TEXT, f"m{i}".encode()) for i in range(50))
+    assert reader().feed(data) == [Message(f"m{i}".encode(), True) for i in range(50)]
+    one = reader()
+    events = []
+    for index in range(len(data)):
+        events += one.feed(data[index : index + 1])
+    assert events == [Message(f"m{i}".encode(), True) for i in range(50)]
+
+
+def test_fragments_with_interleaved_control_frames() -> None:
+    """Continuations reassemble; a ping between fragments is delivered on its own."""
+    data = (
+        client_frame(TEXT, b"hel", fin=False)
+        + client_frame(PING, b"p")
+        + client_frame(CONT, b"lo ", fin=False)
+        + client_frame(CONT, b"world")
+    )
+    assert reader().feed(data) == [Ping(b"p"), Message(b"hello world", True)]
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (b"", Close(None, "")),
+        (struct.pack("!H", 1000), Close(1000, "")),
+        (struct.pack("!H", 1001) + "bye ü".encode(), Close(1001, "bye ü")),
+        (struct.pack("!H", 4000), Close(4000, "")),
+    ],
+    ids=["empty", "normal", "reason", "private-code"],
+)
+def test_close_frames(payload: bytes, expected: Close) -> None:
+    """Close frames carry an optional code and UTF-8 reason."""
+    assert reader().feed(client_frame(CLOSE, payload)) == [expected]
+
+
+def test_pong_event() -> None:
+    """Pongs are reported (keepalive)."""
+    assert reader().feed(client_frame(PONG, b"k")) == [Pong(b"k")]
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (client_frame(TEXT, b"x", masked=False), 1002),
+        (client_frame(TEXT, b"x", rsv=0x40), 1002),
+        (client_frame(0x3, b"x"), 1002),
+        (client_frame(CONT, b"x"), 1002),
+        (client_frame(TEXT, b"a", fin=False) + client_frame(TEXT, b"b"), 1002),
+        (client_frame(PING, b"x", fin=False), 1002),
+        (client_frame(PING, b"x" * 126), 1002),
+        (client_frame(CLOSE, b"\x03"), 1002),
+        (client_frame(CLOSE, struct.pack("!H", 999)), 1002),
+        (client_frame(CLOSE, struct.pack("!H", 1005)), 1002),
+        (client_frame(CLOSE, struct.pack("!H", 1000) + b"\xff"), 1007),
+        (client_frame(BINARY, b"x" * 101), 1009),
+        (client_frame(TEXT, b"x" * 60, fin=False) + client_frame(CONT, b"y" * 60), 1009),
+    ],
+    ids=[
+        "unmasked",
+        "reserved-bit",
+        "unknown-opcode",
+        "orphan-continuation",
+        "data-inside-fragments",
+        "fragmented-control",
+        "long-control",
+        "one-byte-close",
+        "bad-close-code",
+        "reserved-close-code",
+        "close-reason-not-utf8",
+        "frame-too-big",
+        "message-too-big",
+    ],
+)
+def test_protocol_errors_map_to_close_codes(data: bytes, code: int) -> None:
+    """Each violation raises FrameError with the close code to send."""
+    with pytest.raises(FrameError) as info:
+        reader(max_frame=100, max_message=100).feed(data)
+    assert info.value.code == code
+
+
+def test_oversize_frame_is_refused_from_its_header_alone() -> None:
+    """A too-long frame is refused before its payload arrives (no buffering of it)."""
+    header = struct.pack("!BBQ", 0x82, 0x80 | 127, 1 << 40)
+    with pytest.raises(FrameError) as info:
+        reader().feed(header)
+    assert info.value.code == 1009
+
+
+@pytest.mark.parametrize("size", [0, 1, 3, 4, 5, 1000, 4097], ids=str)
+def test_python_mask_matches_c_mask(size: int) -> None:
+    """The pure-Python unmasking fallback agrees with websockets' C implementation."""
+    from websockets.utils import apply_mask as reference
+
+    data, key = os.urandom(size), os.urandom(4)
+    assert frames._python_apply_mask(data, key) == reference(data, key)
+    assert frames.apply_mask(data, key) == reference(data, key)
+
+
+@pytest.mark.parametrize(
+    ("opcode", "length", "expected"),
+    [
+        (TEXT, 5, b"\x81\x05"),
+        (CLOSE, 2, b"\x88\x02"),
+        (TEXT, 126, b"\x81\x7e\x00\x7e"),
+        (TEXT, 65536, b"\x81\x7f" + (65536).to_bytes(8, "big")),
+    ],
+    ids=["small-text", "close", "16-bit", "64-bit"],
+)
+def test_server_frame_headers(opcode: int, length: int, expected: bytes) -> None:
+    """Server frames are final and unmasked, with the shortest length encoding."""
+    assert frame_header(opcode, length) == expected
+
+
+def test_close_payload_truncates_reason_on_a_character_boundary() -> None:
+    """A close payload never exceeds 125 bytes nor splits a UTF-8 character."""
+    payload = close_payload(1000, "é" * 100)
+    assert len(payload) <= 125
+    payload[2:].decode("utf-8")
+    assert close_payload(1009)[:2] == b"\x03\xf1"

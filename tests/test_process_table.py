@@ -1,0 +1,150 @@
+"""ProcessTable without a network: the states a live test cannot pin down reliably."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from executor import proctree
+from executor.process import LiveProcessCounter, ProcessLimits, ProcessTable, RefuseSandbox
+from executor.protocol.decode import decode
+from executor.protocol.messages import (
+    ReadParams,
+    StartParams,
+    TerminateParams,
+    WriteParams,
+    WriteStatus,
+)
+from executor.spawn.spawner import Launch, SpawnRequest
+
+
+class HeldSpawner:
+    """A spawner whose launches never report until the test says so."""
+
+    def __init__(self) -> None:
+        self.launches: list[Launch] = []
+        self.requests: list[SpawnRequest] = []
+
+    def launch(self, request: SpawnRequest, stdio: tuple[int, int, int]) -> Launch:
+        loop = asyncio.get_running_loop()
+        launch = Launch(loop.create_future(), loop.create_future(), loop.create_future())
+        self.requests.append(request)
+        self.launches.append(launch)
+        return launch
+
+
+class Sink:
+    """A notifier that records notifications."""
+
+    congested = False
+
+    def __init__(self) -> None:
+        self.notes: list[tuple[str, dict[str, Any]]] = []
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self.notes.append((method, params))
+
+    def on_drain(self, callback: Callable[[], None]) -> None:
+        callback()
+
+
+def _table(spawner: HeldSpawner, sink: Sink) -> ProcessTable:
+    return ProcessTable(
+        spawner=spawner,  # type: ignore[arg-type]
+        confinement=RefuseSandbox(),
+        notifier=sink,
+        counter=LiveProcessCounter(10),
+        limits=ProcessLimits(exited_retention=60),
+        executor_env={"PATH": "/usr/bin:/bin"},
+    )
+
+
+def _params(process_id: str = "p", **extra: Any) -> StartParams:
+    wire = {
+        "processId": process_id,
+        "argv": ["true"],
+        "cwd": "file:///tmp",
+        "env": {},
+        "tty": False,
+    }
+    return decode(StartParams, {**wire, **extra})
+
+
+def test_write_while_starting_reports_starting() -> None:
+    """A write that arrives while the spawn is in flight answers ``starting``."""
+
+    async def scenario() -> None:
+        spawner, sink = HeldSpawner(), Sink()
+        table = _table(spawner, sink)
+        start = asyncio.ensure_future(table.start(_params(pipeStdin=True)))
+        await asyncio.sleep(0)
+        status = table.write(
+            decode(WriteParams, {"processId": "p", "chunk": "eA==", "writeId": "w"})
+        )
+        assert status is WriteStatus.STARTING
+        assert spawner.requests[0].executable == "/usr/bin/true"
+        spawner.launches[0].started.set_exception(OSError(2, "No such file or directory"))
+        try:
+            await start
+        except OSError:
+            pass
+        assert table.get("p") is None
+        assert table.counter.count == 0
+
+    asyncio.run(scenario())
+
+
+def test_events_are_held_until_announced() -> None:
+    """Events produced before the start response are delivered only after ``announce``."""
+
+    async def scenario() -> None:
+        spawner, sink = HeldSpawner(), Sink()
+        table = _table(spawner, sink)
+        start = asyncio.ensure_future(table.start(_params()))
+        await asyncio.sleep(0)
+        launch = spawner.launches[0]
+        launch.started.set_result((999_999, 999_998))
+        _result, process = await start
+        launch.exited.set_result(0)
+        await asyncio.sleep(0)
+        assert sink.notes == []
+        process.announce()
+        # The fake launch never used the child's pipe ends, so both streams are at EOF.
+        assert [method for method, _ in sink.notes] == ["process/exited", "process/closed"]
+        read = await table.read(decode(ReadParams, {"processId": "p"}))
+        assert read.exited
+        assert read.exit_code == 0
+
+    asyncio.run(scenario())
+
+
+def test_no_signal_once_the_tree_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the supervisor reported its end, terminate signals nothing (pids may be reused)."""
+    sent: list[tuple[int, int | None, int]] = []
+    monkeypatch.setattr(
+        proctree, "signal_tree", lambda pgid, sup, signum=9: sent.append((pgid, sup, signum)) or 1
+    )
+
+    async def scenario() -> None:
+        spawner, sink = HeldSpawner(), Sink()
+        table = _table(spawner, sink)
+        start = asyncio.ensure_future(table.start(_params(process_id="t")))
+        await asyncio.sleep(0)
+        launch = spawner.launches[0]
+        launch.started.set_result((999_999, 999_998))
+        await start
+        terminate = decode(TerminateParams, {"processId": "t"})
+        assert table.terminate(terminate) is True
+        assert sent == [(999_999, 999_998, signal.SIGKILL)]
+        launch.exited.set_result(9)
+        launch.gone.set_result(None)
+        await asyncio.sleep(0)
+        assert table.terminate(terminate) is False
+        await table.close()
+        assert len(sent) == 1
+
+    asyncio.run(scenario())
