@@ -133,7 +133,7 @@ _FS_CLIENT_ERRORS = frozenset({_errno.EACCES, _errno.EPERM, _errno.EINVAL, _errn
 
 
 def fs_error(exc: OSError) -> ExecutorError:
-    """Translate a filesystem ``OSError``: not found -32004, permission/input -32600, else -32603."""
+    """Translate a filesystem ``OSError``: missing -32004, permission/input -32600, else -32603."""
     message = os_error_message(exc)
     if exc.errno in _FS_NOT_FOUND:
         return NotFound(message)

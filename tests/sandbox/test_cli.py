@@ -15,7 +15,9 @@ from tests.support.daemon import executor_command
 from tests.support.enforcement import skip_unless
 
 
-def executor(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def executor(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the console script."""
     return subprocess.run(
         [*executor_command(), *args],
@@ -38,7 +40,15 @@ def ws() -> Iterator[Path]:
 
 def test_every_command_has_help() -> None:
     """`--help` works for the CLI and each command."""
-    for args in ([], ["serve"], ["run"], ["profile"], ["profile", "explain"], ["backends"], ["doctor"]):
+    for args in (
+        [],
+        ["serve"],
+        ["run"],
+        ["profile"],
+        ["profile", "explain"],
+        ["backends"],
+        ["doctor"],
+    ):
         result = executor(*args, "--help")
         assert result.returncode == 0, args
         assert "usage: executor" in result.stdout
@@ -47,7 +57,12 @@ def test_every_command_has_help() -> None:
 def test_profile_list_shows_names_and_descriptions() -> None:
     """Every shipped profile, one per line, with its description."""
     lines = executor("profile", "list").stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["danger-full-access", "read-only", "workspace", "workspace-network"]
+    assert [line.split()[0] for line in lines] == [
+        "danger-full-access",
+        "read-only",
+        "workspace",
+        "workspace-network",
+    ]
     assert "no network" in lines[1]
 
 
@@ -78,7 +93,17 @@ def test_profile_explain_prints_rules_and_enforcement(ws: Path) -> None:
 def test_run_passes_the_exit_code_through(ws: Path) -> None:
     """`run` exits with the command's own code; output goes to our stdout."""
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
-    result = executor("run", "--profile", "workspace", "--workspace", str(ws), "--", "sh", "-c", "echo hi > f; cat f; exit 3")
+    result = executor(
+        "run",
+        "--profile",
+        "workspace",
+        "--workspace",
+        str(ws),
+        "--",
+        "sh",
+        "-c",
+        "echo hi > f; cat f; exit 3",
+    )
     assert result.returncode == 3
     assert result.stdout == "hi\n"
     assert (ws / "f").read_text() == "hi\n"
@@ -87,9 +112,14 @@ def test_run_passes_the_exit_code_through(ws: Path) -> None:
 def test_run_reports_a_denial_in_one_line(ws: Path) -> None:
     """When the sandbox denied something, one stderr line says so."""
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
-    result = executor("run", "--profile", "read-only", "--workspace", str(ws), "--", "touch", str(ws / "x"))
+    result = executor(
+        "run", "--profile", "read-only", "--workspace", str(ws), "--", "touch", str(ws / "x")
+    )
     assert result.returncode == 1
-    assert result.stderr.splitlines()[-1] == "executor: the sandbox denied an operation (exit 1, read_only_file_system)"
+    assert (
+        result.stderr.splitlines()[-1]
+        == "executor: the sandbox denied an operation (exit 1, read_only_file_system)"
+    )
     assert not (ws / "x").exists()
 
 
@@ -105,16 +135,28 @@ def test_run_network_override(ws: Path) -> None:
     """`--network on` lifts the network block of a profile."""
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
     probe = "import socket; socket.socket().close(); print('socket ok')"
-    assert executor("run", "--profile", "read-only", "--network", "on", "--", "python3", "-c", probe).stdout == "socket ok\n"
+    assert (
+        executor(
+            "run", "--profile", "read-only", "--network", "on", "--", "python3", "-c", probe
+        ).stdout
+        == "socket ok\n"
+    )
     assert executor("run", "--profile", "read-only", "--", "python3", "-c", probe).returncode == 1
 
 
 def test_run_refuses_what_cannot_be_enforced(ws: Path) -> None:
     """Without namespaces a workspace cannot be enforced: refused (125), nothing ran."""
     result = executor(
-        "run", "--profile", "workspace", "--workspace", str(ws), "--", "touch", str(ws / "ran"),
+        "run",
+        "--profile",
+        "workspace",
+        "--workspace",
+        str(ws),
+        "--",
+        "touch",
+        str(ws / "ran"),
         env={"EXECUTOR_LINUX_NAMESPACES": "off"},
-    )  # fmt: skip
+    )
     assert result.returncode == 125
     assert "sandbox intent cannot be enforced on this executor" in result.stderr
     assert not (ws / "ran").exists()
