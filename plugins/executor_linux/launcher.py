@@ -7,8 +7,10 @@ Layers, in this order:
    the network off, network. The child then forks: PID 1 of the new namespace applies the
    **mounts** and forks the command, forwards signals to it and exits with its status (the
    kernel then kills anything left in the namespace). The outer child relays that status.
-2. in the command process, after ``chdir``: **no_new_privs**, **Landlock** (paths are opened
-   while capabilities still allow it), **capabilities dropped** (all sets), **seccomp** last.
+2. after ``chdir``: **no_new_privs**, **Landlock** (paths are opened while capabilities
+   still allow it), **capabilities dropped** (all sets), **seccomp** last — in PID 1 of the
+   namespace, which then starts the command with ``posix_spawn`` (it inherits every layer),
+   or, without namespaces, in the process that then becomes the command.
 3. ``execve``.
 
 Any failure ends the child through ``ctx.fail(stage, errno)``: the start request fails with a
@@ -38,6 +40,7 @@ _FORWARDED = (
     signal.SIGUSR2,
 )
 _IGNORED_ON_MISSING = (errno.ENOENT, errno.EINVAL)
+_ALL_SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
 
 
 def run(payload: dict[str, Any], ctx: Any) -> None:
@@ -72,11 +75,29 @@ def _enter_namespaces(spec: dict[str, Any]) -> None:
 
 
 def _namespace_init(payload: dict[str, Any], ctx: Any) -> None:
-    """PID 1 of the new namespaces: mounts, then the command, then wait and relay."""
+    """PID 1 of the new namespaces: mounts, confine itself, spawn the command, relay."""
     ctx.run("mounts", lambda: _apply_mounts(payload["mounts"], payload["namespaces"]))
-    command = os.fork()
-    if command == 0:
-        _exec_confined(payload, ctx)
+    spec = ctx.spec
+    # Confining PID 1 itself, then spawning the command with posix_spawn (vfork), saves a
+    # fork of this Python process; the command inherits every layer. PID 1 only waits and
+    # forwards signals afterwards, which the layers allow.
+    ctx.run("chdir", lambda: os.chdir(spec.cwd))
+    _confine(payload, ctx)
+    try:
+        command = os.posix_spawn(
+            spec.executable,
+            spec.argv,
+            spec.env,
+            file_actions=_stdio_actions(spec.tty),
+            setsid=True,
+            setsigdef=_ALL_SIGNALS,
+            setsigmask=(),
+        )
+    except OSError as exc:
+        ctx.fail("exec", exc.errno or 0, exc.strerror or "")
+        return
+    except ValueError as exc:  # an embedded NUL byte
+        ctx.fail("exec", errno.EINVAL, str(exc))
         return
     os.close(ctx.error_fd)
 
@@ -97,6 +118,18 @@ def _namespace_init(payload: dict[str, Any], ctx: Any) -> None:
             os._exit(255)
         if pid == command:
             os._exit(_exit_code(status))
+
+
+def _stdio_actions(tty: bool) -> list[tuple[int, ...]]:
+    """posix_spawn file actions: with a terminal, reopen it by name after ``setsid`` (glibc
+    runs ``setsid`` before the file actions), which makes it the controlling terminal."""
+    if not tty:
+        return []
+    return [
+        (os.POSIX_SPAWN_OPEN, 0, os.ttyname(0), os.O_RDWR, 0),
+        (os.POSIX_SPAWN_DUP2, 0, 1),
+        (os.POSIX_SPAWN_DUP2, 0, 2),
+    ]
 
 
 def _wait_status(pid: int) -> int:
@@ -216,22 +249,21 @@ def _set_readonly(point: str) -> None:
 
 
 def _exec_confined(payload: dict[str, Any], ctx: Any) -> None:
-    """In the process that becomes the command: confine it just before ``execve``."""
-    for signum in _FORWARDED:
-        signal.signal(signum, signal.SIG_DFL)
-
-    def confine() -> None:
-        ctx.run("no_new_privs", syscalls.set_no_new_privs)
-        rules = payload.get("landlock")
-        if rules:
-            ctx.run("landlock", lambda: _apply_landlock(rules))
-        ctx.run("capabilities", syscalls.drop_capabilities)
-        program = payload.get("seccomp")
-        if program:
-            ctx.run("seccomp", lambda: syscalls.load_seccomp(program))
-
-    ctx.before_exec = confine
+    """Without namespaces this process becomes the command: confine it just before execve."""
+    ctx.before_exec = lambda: _confine(payload, ctx)
     ctx.exec()
+
+
+def _confine(payload: dict[str, Any], ctx: Any) -> None:
+    """no_new_privs, Landlock (paths opened while capabilities allow), capabilities, seccomp."""
+    ctx.run("no_new_privs", syscalls.set_no_new_privs)
+    rules = payload.get("landlock")
+    if rules:
+        ctx.run("landlock", lambda: _apply_landlock(rules))
+    ctx.run("capabilities", syscalls.drop_capabilities)
+    program = payload.get("seccomp")
+    if program:
+        ctx.run("seccomp", lambda: syscalls.load_seccomp(program))
 
 
 def _apply_landlock(rules: dict[str, Any]) -> None:
