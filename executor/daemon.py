@@ -22,7 +22,10 @@ from executor.spawn.spawner import Spawner
 if TYPE_CHECKING:
     from executor.server import Connection
 
-__all__ = ["Daemon", "DaemonConfig"]
+__all__ = ["IMPLEMENTED", "Daemon", "DaemonConfig"]
+
+#: What this executor implements; everything else is advertised as false.
+IMPLEMENTED = Capabilities(sandboxed_file_streaming=True, file_write_streaming=True)
 
 log = logging.getLogger("executor.daemon")
 
@@ -64,7 +67,7 @@ class Daemon:
             self.sandbox, self.host_view
         )
         self.counter = LiveProcessCounter(config.process.max_total)
-        self.environment = describe_host(capabilities or Capabilities())
+        self.environment = describe_host(capabilities or IMPLEMENTED)
         self.environment_wire = self.environment.to_wire()
         self.routes = build_routes(extra_routes)
         self.sessions = SessionRegistry(
@@ -109,6 +112,8 @@ class Daemon:
         """Close connections, end every session (stopping all process trees), stop the launcher."""
         for connection in list(self.connections):
             connection.transport.close(1001, "executor shutting down")
+            # Release connection state (file handles) now rather than when the socket ends.
+            connection.connection_lost()
         self.sessions.expire_all()
         if self._background:
             await asyncio.wait(

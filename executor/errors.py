@@ -129,7 +129,7 @@ def os_error_message(exc: OSError) -> str:
 
 # Rust's io::ErrorKind groups that the reference maps to -32600 in filesystem methods.
 _FS_NOT_FOUND = frozenset({_errno.ENOENT})
-_FS_CLIENT_ERRORS = frozenset({_errno.EACCES, _errno.EPERM, _errno.EINVAL, _errno.ENAMETOOLONG})
+_FS_CLIENT_ERRORS = frozenset({_errno.EACCES, _errno.EPERM, _errno.EINVAL})
 
 
 def fs_error(exc: OSError) -> ExecutorError:

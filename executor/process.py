@@ -622,10 +622,10 @@ def _open_streams(
         os.set_inheritable(master, False)
         set_window_size(slave, PTY_ROWS, PTY_COLUMNS)
         return (slave, slave, slave), {master: Stream.PTY}, master
-    out_r, out_w = os.pipe2(os.O_CLOEXEC)
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
     if pipe_stdin:
-        in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        in_r, in_w = os.pipe()
         stdin_parent: int | None = in_w
     else:
         in_r, stdin_parent = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), None

@@ -1,0 +1,21 @@
+"""The filesystem methods (``fs/*``) and the streamed file handles of ``fs/open``.
+
+Modules, each with one job:
+
+* ``handlers`` — the routes: params to operations, run in worker threads, errors translated;
+* ``handles`` — per-connection file handles (ids, cap, descriptor lifetime);
+* ``resolve`` — race-free path resolution to directory descriptors (``openat2`` fast path,
+  ``O_NOFOLLOW`` walk otherwise), applying a sandbox view;
+* ``view`` — what a sandbox's rules let a call see of a path;
+* ``files``, ``metadata``, ``directories``, ``walk``, ``remove``, ``copy`` — the operations;
+* ``syscalls`` — ``openat2`` and ``statx`` through ctypes;
+* ``failures`` — the reference's own error messages.
+
+docs/filesystem.md records the observed reference behaviour and our deliberate differences.
+"""
+
+from __future__ import annotations
+
+from executor.fs.handlers import FsLimits, fs_routes
+
+__all__ = ["FsLimits", "fs_routes"]

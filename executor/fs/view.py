@@ -1,0 +1,133 @@
+"""What one sandbox lets a filesystem call see of a path, decided from its ``RuleSet``.
+
+The reference runs sandboxed filesystem calls inside bubblewrap, so a call sees the mount
+tree the rules build. We decide the same questions by path, at access time, on the *real*
+path of every object a call reaches (the resolver never trusts a path with symlinks in it):
+
+* ``WRITABLE`` / ``READABLE`` — the deepest rule at or above the path grants write / read,
+  and no deny glob matches it;
+* ``DENIED`` — a deny rule or deny glob covers it: it exists but can be neither read nor
+  written (and a denied directory cannot be traversed);
+* ``SKELETON`` — no rule covers it, but it leads to a rule (an ancestor of a rule path, or
+  ``/``): a directory that can be traversed and listed, showing only what leads on;
+* ``INVISIBLE`` — none of the above: it does not exist in the sandbox.
+
+Classification is pure string work; only ``denied_inodes`` looks at the host.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+import posixpath
+import stat
+from functools import cached_property
+
+from executor.sandbox.intent import Access
+from executor.sandbox.rules import RuleSet
+
+__all__ = ["SandboxView", "Visibility", "denial"]
+
+
+class Visibility(enum.Enum):
+    """How a path appears inside a sandbox."""
+
+    WRITABLE = "writable"
+    READABLE = "readable"
+    DENIED = "denied"
+    SKELETON = "skeleton"
+    INVISIBLE = "invisible"
+
+    @property
+    def traversable(self) -> bool:
+        """A directory here may be walked through."""
+        return self in (Visibility.WRITABLE, Visibility.READABLE, Visibility.SKELETON)
+
+    @property
+    def exists(self) -> bool:
+        """An object here is part of the sandbox view at all."""
+        return self is not Visibility.INVISIBLE
+
+
+def denial(code: int) -> OSError:
+    """The ``OSError`` a denied operation reports (the reference's sandbox gives these)."""
+    return OSError(code, os.strerror(code))
+
+
+class SandboxView:
+    """The sandbox view of one materialized, filesystem-restricted rule set."""
+
+    def __init__(self, rules: RuleSet, aliases: frozenset[str] = frozenset()) -> None:
+        self.rules = rules
+        #: Requested rule paths that name their real path through a symlink (``aliases.py``).
+        self.aliases = aliases
+
+    @cached_property
+    def _skeleton(self) -> frozenset[str]:
+        skeleton = {"/", *self.aliases}
+        for path in (*(rule.path for rule in self.rules.rules), *self.aliases):
+            current = path
+            while current != "/":
+                current = posixpath.dirname(current)
+                skeleton.add(current)
+        return frozenset(skeleton)
+
+    def visibility(self, path: str) -> Visibility:
+        """How the real, normalized absolute ``path`` appears in the sandbox."""
+        rule = self.rules.rule_for(path)
+        if rule is None:
+            return Visibility.SKELETON if path in self._skeleton else Visibility.INVISIBLE
+        if rule.access is Access.DENY or self.rules.denied_by_glob(path):
+            return Visibility.DENIED
+        return Visibility.WRITABLE if rule.access is Access.WRITE else Visibility.READABLE
+
+    def require_readable(self, path: str) -> None:
+        """Reading content: denied paths give ``EACCES``, invisible ones ``ENOENT``."""
+        seen = self.visibility(path)
+        if seen is Visibility.INVISIBLE:
+            raise denial(errno.ENOENT)
+        if seen is Visibility.DENIED:
+            raise denial(errno.EACCES)
+
+    def require_visible(self, path: str) -> None:
+        """Asking about an object (metadata, canonical path): it must be in the view."""
+        if self.visibility(path) is Visibility.INVISIBLE:
+            raise denial(errno.ENOENT)
+
+    def require_writable(self, path: str) -> None:
+        """Changing an object's content: anything but a writable path is read-only."""
+        if self.visibility(path) is not Visibility.WRITABLE:
+            raise denial(errno.EROFS)
+
+    def require_entry_change(self, path: str) -> None:
+        """Creating or removing the entry ``path``: it and its directory must be writable."""
+        self.require_writable(path)
+        if path != "/":
+            self.require_writable(posixpath.dirname(path))
+
+    @cached_property
+    def denied_inodes(self) -> frozenset[tuple[int, int]]:
+        """Identities of the files denied by rules, so that no other name reads them."""
+        found: set[tuple[int, int]] = set()
+        for rule in self.rules.rules:
+            if rule.access is not Access.DENY:
+                continue
+            try:
+                st = os.lstat(rule.path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found.add((st.st_dev, st.st_ino))
+        return frozenset(found)
+
+    def require_readable_file(self, path: str, st: os.stat_result) -> None:
+        """Reading a file's content: only under a read or write rule, and never the inode of
+        a denied file reached under another name (a hard link)."""
+        seen = self.visibility(path)
+        if seen is Visibility.DENIED:
+            raise denial(errno.EACCES)
+        if seen not in (Visibility.READABLE, Visibility.WRITABLE):
+            raise denial(errno.ENOENT)  # the skeleton holds directories only
+        if self.denied_inodes and (st.st_dev, st.st_ino) in self.denied_inodes:
+            raise denial(errno.EACCES)
