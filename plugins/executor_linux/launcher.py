@@ -120,7 +120,7 @@ def _namespace_init(payload: dict[str, Any], ctx: Any) -> None:
             os._exit(_exit_code(status))
 
 
-def _stdio_actions(tty: bool) -> list[tuple[int, ...]]:
+def _stdio_actions(tty: bool) -> list[tuple[int | str, ...]]:
     """posix_spawn file actions: with a terminal, reopen it by name after ``setsid`` (glibc
     runs ``setsid`` before the file actions), which makes it the controlling terminal."""
     if not tty:
