@@ -78,6 +78,19 @@ class Connection:
             return
         message = jsonrpc.parse(data)
         if type(message) is jsonrpc.Request:
+            route = self.daemon.routes.get(message.method)
+            # Fast path for the commonest requests (liveness probes, environment/info):
+            # a synchronous method without params on a ready connection is answered here,
+            # without the general dispatch's layers; the answer is identical.
+            if (
+                route is not None
+                and route.params is None
+                and not route.is_async
+                and self.handshake.phase is Phase.READY
+                and (message.params is None or message.params == {})
+            ):
+                self._send(jsonrpc.encode_result(message.id, route.handler(self, None)))
+                return
             self._request(message)
         elif type(message) is jsonrpc.Notification:
             self._notification(message)

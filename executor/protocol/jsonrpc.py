@@ -126,8 +126,20 @@ def parse(data: bytes | str) -> Message:
         value = _loads(data)
     except _DECODE_ERRORS as exc:
         return Malformed(_describe_decode_error(exc))
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         return Malformed("expected a JSON-RPC object")
+    # Fast path for the commonest message, a well-formed request (same result as _classify).
+    method = value.get("method")
+    request_id = value.get("id")
+    if (
+        type(method) is str
+        and "trace" not in value
+        and (
+            type(request_id) is str
+            or (type(request_id) is int and _I64_MIN <= request_id <= _I64_MAX)
+        )
+    ):
+        return _new_tuple(Request, (request_id, method, value.get("params")))
     return _classify(value)
 
 
