@@ -217,16 +217,16 @@ CASES = [
     Case(
         name="fs.readFile",
         description="fs/readFile of a 64 MiB file (one response, decoded and verified)",
-        # On par with the reference: most of the wall time is base64 and JSON work that both
-        # sides must do, so the target leaves room for run-to-run noise.
-        metrics=(Metric(name="fs.readFile.64MiB", unit="MB/s", better="higher", target=0.9),),
+        # The target: at least the reference's throughput. Most of the wall time is
+        # base64 and JSON work both sides must do, so runs land near 1.0x either way.
+        metrics=(Metric(name="fs.readFile.64MiB", unit="MB/s", better="higher", target=1.0),),
         run=read_file,
     ),
     Case(
         name="fs.readBlock",
         description="64 MiB through fs/readBlock in 1 MiB blocks, one at a time",
         metrics=(
-            Metric(name="fs.readBlock.64MiB", unit="MB/s", better="higher", target=1.0),
+            Metric(name="fs.readBlock.64MiB", unit="MB/s", better="higher"),
             Metric(name="fs.readBlock.rss_growth", unit="MiB", better="lower", absolute=16.0),
         ),
         run=read_blocks,

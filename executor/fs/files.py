@@ -8,15 +8,15 @@ reference blocks forever on a FIFO), and a symlink swapped in after resolution f
 
 from __future__ import annotations
 
-import binascii
 import errno
 import os
 import stat
-from typing import Final
+from typing import Any, Final
 
 from executor.fs import failures
 from executor.fs.resolve import Location, Resolver
 from executor.fs.view import denial
+from executor.protocol import b64codec, jsonrpc
 
 __all__ = ["open_for_read", "open_for_replace", "read_file_base64", "write_file"]
 
@@ -126,8 +126,8 @@ def write_file(resolver: Resolver, path: str, data: bytes, *, follow: bool) -> N
         os.close(fd)
 
 
-def read_file_base64(resolver: Resolver, path: str, *, follow: bool, limit: int) -> str:
-    """``fs/readFile``: the whole file as base64 text, refused above ``limit`` bytes."""
+def read_file_base64(resolver: Resolver, path: str, *, follow: bool, limit: int) -> Any:
+    """``fs/readFile``: the whole file as a base64 JSON string, refused above ``limit`` bytes."""
     with resolver.locate(path, follow_parents=follow, follow_final=follow) as location:
         fd, opened = open_for_read(resolver, location, path, strict=not follow)
     try:
@@ -138,9 +138,10 @@ def read_file_base64(resolver: Resolver, path: str, *, follow: bool, limit: int)
         os.close(fd)
 
 
-def _encode(fd: int, path: str, limit: int) -> str:
+def _encode(fd: int, path: str, limit: int) -> Any:
     # Encode while reading: the raw file is never held whole, so the peak is the encoded
-    # text twice (the joined bytes and the str made from them) plus one raw chunk.
+    # text twice (the joined bytes and the JSON string made from them) plus one raw chunk.
+    # The base64 bytes go into the answer as they are: no str, no escape scan.
     parts: list[bytes] = []
     chunk = bytearray(_ENCODE_CHUNK)
     total = 0
@@ -149,12 +150,12 @@ def _encode(fd: int, path: str, limit: int) -> str:
         total += filled
         if total > limit:
             raise failures.too_large(path, total, limit)
-        parts.append(binascii.b2a_base64(memoryview(chunk)[:filled], newline=False))
+        parts.append(b64codec.encode(memoryview(chunk)[:filled]))
         if filled < len(chunk):
             break
     encoded = b"".join(parts)
     parts.clear()
-    return encoded.decode("ascii")
+    return jsonrpc.ascii_string(encoded)
 
 
 def _fill(fd: int, buffer: bytearray) -> int:

@@ -13,7 +13,6 @@ keys are ignored, as the reference ignores them. Decoders are compiled once per 
 
 from __future__ import annotations
 
-import base64
 import binascii
 import dataclasses
 import enum
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar, Union, get_args, get_origin
 
 from executor.errors import InvalidParams
+from executor.protocol import b64codec
 
 __all__ = [
     "U16",
@@ -175,7 +175,7 @@ def _base64(value: Any, path: str) -> bytes:
     if type(value) is not str:
         raise DecodeError(f"invalid type: {describe(value)}, expected a base64 string", path)
     try:
-        return base64.b64decode(value, validate=True)
+        return b64codec.decode(value)
     except (binascii.Error, ValueError) as exc:
         raise DecodeError(f"invalid base64: {exc}", path) from exc
 

@@ -9,13 +9,13 @@ own code and message. Results render themselves with ``to_wire()``.
 from __future__ import annotations
 
 import base64
-import binascii
 import enum
 import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from executor.errors import InvalidRequest
+from executor.protocol import b64codec
 from executor.protocol.decode import U64, Base64Bytes, Usize
 
 __all__ = [
@@ -75,7 +75,7 @@ def decode_base64_strict(text: str) -> bytes:
         raise ValueError("Invalid input length")
     if len(raw) % 4 or len(raw) - body > 2:
         raise ValueError("Invalid padding")
-    data = binascii.a2b_base64(raw)
+    data = b64codec.decode(raw)
     if body % 4 and base64.b64encode(data[-(3 * (body % 4) // 4) :]) != raw[-4:]:
         raise ValueError(f"Invalid last symbol {raw[body - 1]}, offset {body - 1}.")
     return data

@@ -7,12 +7,12 @@ The ``sandbox`` field stays raw here: ``executor.sandbox.intent`` owns its wire 
 
 from __future__ import annotations
 
-import base64
 import enum
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from executor.protocol import b64codec
 from executor.protocol.decode import U64, Base64Bytes, DecodeError, Usize
 from executor.protocol.jsonrpc import base64_value
 
@@ -42,7 +42,7 @@ __all__ = [
 
 def b64(data: bytes) -> str:
     """Standard padded base64 text, as the wire carries bytes."""
-    return base64.b64encode(data).decode("ascii")
+    return b64codec.encode(data).decode("ascii")
 
 
 class Stream(enum.StrEnum):
