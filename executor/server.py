@@ -41,6 +41,9 @@ class MessageTransport(Protocol):
     def send_message(self, data: bytes) -> None:
         """Send one encoded message."""
 
+    def send_message_parts(self, parts: list[bytes | bytearray]) -> None:
+        """Send one encoded message given as parts, without joining them first."""
+
     def close(self, code: int = 1000, reason: str = "") -> None:
         """End the transport."""
 
@@ -215,6 +218,9 @@ class Connection:
         if type(result) is Reply:
             self._send(jsonrpc.encode_result(request.id, result.result))
             result.after()
+        elif type(result) is jsonrpc.Spliced:
+            if not self._closed:
+                self.transport.send_message_parts(jsonrpc.encode_result_parts(request.id, result))
         else:
             self._send(jsonrpc.encode_result(request.id, result))
 

@@ -23,7 +23,7 @@ from executor.fs.resolve import Resolver
 from executor.fs.view import SandboxView
 from executor.paths import parse_path_uri, to_uri
 from executor.protocol import fs_messages as fm
-from executor.protocol import methods
+from executor.protocol import jsonrpc, methods
 from executor.protocol.messages import b64
 from executor.router import Route
 from executor.sandbox.intent import SandboxIntent, parse_sandbox
@@ -103,7 +103,8 @@ class _Service:
         operation = partial(
             files.read_file_base64, path=path, follow=params.follow_symlinks, limit=limit
         )
-        return {"dataBase64": await _run(ctx, intent, operation)}
+        encoded = await _run(ctx, intent, operation)
+        return jsonrpc.Spliced((b'{"dataBase64":"', encoded, b'"}'))
 
     async def write_file(self, ctx: RequestContext, params: fm.WriteFileParams) -> Any:
         intent, path = _intent(params.sandbox), parse_path_uri(params.path)

@@ -109,6 +109,10 @@ class StdioTransport:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
+    def send_message_parts(self, parts: list[bytes | bytearray]) -> None:
+        """Queue one message line given as parts."""
+        self.send_message(b"".join(parts))
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         lines, self._outbox = self._outbox, []

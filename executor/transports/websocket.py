@@ -101,7 +101,7 @@ class WebSocketProtocol(asyncio.Protocol):
             max_frame=options.max_frame_bytes, max_message=options.max_message_bytes
         )
         self._connection: ConnectionCallbacks | None = None
-        self._outbox: list[bytes] = []
+        self._outbox: list[bytes | bytearray] = []
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._keepalive: asyncio.TimerHandle | None = None
@@ -162,6 +162,17 @@ class WebSocketProtocol(asyncio.Protocol):
         if self._state is not _State.OPEN:
             return
         self._queue(_TEXT_OPCODE, data)
+
+    def send_message_parts(self, parts: list[bytes | bytearray]) -> None:
+        """Queue one text message given as parts (large answers are not joined first)."""
+        if self._state is not _State.OPEN:
+            return
+        outbox = self._outbox
+        outbox.append(frame_header(_TEXT_OPCODE, sum(len(part) for part in parts)))
+        outbox.extend(parts)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
 
     def close(self, code: int = 1000, reason: str = "") -> None:
         """Start the closing handshake; the TCP connection ends after ``close_timeout``."""
@@ -363,10 +374,10 @@ class WebSocketProtocol(asyncio.Protocol):
             self._transport.abort()
 
 
-def _coalesce(parts: list[bytes]) -> list[bytes]:
+def _coalesce(parts: list[bytes | bytearray]) -> list[bytes | bytearray]:
     """Join small neighbours so the kernel gets few, large buffers; big payloads stay as is."""
-    out: list[bytes] = []
-    small: list[bytes] = []
+    out: list[bytes | bytearray] = []
+    small: list[bytes | bytearray] = []
     for part in parts:
         if len(part) >= _JOIN_LIMIT:
             if small:
@@ -380,7 +391,7 @@ def _coalesce(parts: list[bytes]) -> list[bytes]:
     return out
 
 
-def _skip(parts: list[bytes], sent: int) -> list[bytes]:
+def _skip(parts: list[bytes | bytearray], sent: int) -> list[bytes | bytearray]:
     """What is left of ``parts`` after the first ``sent`` bytes went out."""
     for index, part in enumerate(parts):
         if sent < len(part):
