@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import pty
 import signal
@@ -51,6 +52,8 @@ __all__ = [
     "ProcessTable",
     "RefuseSandbox",
 ]
+
+log = logging.getLogger("executor.process")
 
 #: Longest ``process/read`` long poll; larger ``waitMs`` values are clamped to it.
 MAX_WAIT_MS = 3_600_000
@@ -281,6 +284,15 @@ class ManagedProcess:
             linux=self.confined.linux,
         )
         self.sandbox_denied = verdict.denied
+        if verdict.denied:
+            # The verdict with what was enforced: an operator can tell which layer said no.
+            log.info(
+                "process %s exited %s: sandbox denial (%s) under %s",
+                self.process_id,
+                code,
+                verdict.reason,
+                self.confined.summary,
+            )
         seq = self.log.mark_exited(code)
         self._emit(
             methods.PROCESS_EXITED,
