@@ -263,3 +263,47 @@ def test_violation_log_sees_the_denial(backend: MacosBackend, workspace: Path) -
     finally:
         log.close()
     assert any(v.operation.startswith("file-write") for v in found), found
+
+
+@pytest.fixture
+def outside_home() -> Any:
+    """A directory the test creates in the home directory: not writable under `workspace`
+    (which writes the workspace, /tmp and $TMPDIR, where pytest's tmp_path lives on macOS)."""
+    import shutil
+
+    path = Path.home() / f".executor-test-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_executor_run_enforces_the_workspace_profile(workspace: Path, outside_home: Path) -> None:
+    """Through `executor run`, as an operator runs it: inside writable, outside and network not."""
+    from tests.support.daemon import executor_command
+
+    script = (
+        f"echo in > {workspace}/inside.txt && echo inside-ok; "
+        f"echo out > {outside_home}/x.txt || echo outside-denied; "
+        "/usr/bin/nc -z -w 2 127.0.0.1 22 || echo network-denied"
+    )
+    result = subprocess.run(
+        [
+            *executor_command(),
+            "run",
+            "--profile",
+            "workspace",
+            "--workspace",
+            str(workspace),
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.stdout.split() == ["inside-ok", "outside-denied", "network-denied"]
+    assert (workspace / "inside.txt").read_text() == "in\n"
+    assert not (outside_home / "x.txt").exists()
