@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import signal
 import subprocess
@@ -15,6 +14,7 @@ from executor.errors import ConfigError
 from executor.serve import ListenAddress, parse_listen
 from tests.support.client import WsClient
 from tests.support.daemon import RunningDaemon, executor_command
+from tests.support.processes import gone, pid_from_first_output
 from tests.support.rawws import http_request
 
 
@@ -124,25 +124,6 @@ def test_json_logs_one_object_per_line(daemon_factory: type[RunningDaemon]) -> N
     assert any("bad message" in m for m in messages)
 
 
-def _pid_from(client: WsClient, process_id: str) -> int:
-    note = client.notification(
-        "process/output", where=lambda n: n["params"]["processId"] == process_id
-    )
-    return int(base64.b64decode(note["params"]["chunk"]).split()[0])
-
-
-def _gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.02)
-    return False
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
 def test_signal_shuts_down_cleanly_and_ends_trees(
     daemon_factory: type[RunningDaemon], signum: int
@@ -162,7 +143,7 @@ def test_signal_shuts_down_cleanly_and_ends_trees(
             "process/start",
             {"processId": process_id, "argv": ["/bin/sh", "-c", script], "tty": tty, **base},
         )
-        pids.append(_pid_from(client, process_id))
+        pids.append(pid_from_first_output(client, process_id))
     supervisor_children = [
         child.pid for pid in pids for child in psutil.Process(pid).children(recursive=True)
     ]
@@ -170,7 +151,7 @@ def test_signal_shuts_down_cleanly_and_ends_trees(
     assert daemon.stop(signum) == 0
     assert time.monotonic() - started < 5
     for pid in [*pids, *supervisor_children]:
-        assert _gone(pid), pid
+        assert gone(pid), pid
     lines = daemon.log()
     assert "shutting down" in lines
     client.close()

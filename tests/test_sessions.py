@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.client import RpcError, WsClient, output_of
 from tests.support.daemon import RunningDaemon
+from tests.support.processes import gone, pid_from_first_output
 
 
 def _start(client: WsClient, process_id: str, script: str, **extra: object) -> None:
@@ -24,25 +25,6 @@ def _start(client: WsClient, process_id: str, script: str, **extra: object) -> N
             **extra,
         },
     )
-
-
-def _pid_of_first_output(client: WsClient, process_id: str) -> int:
-    note = client.notification(
-        "process/output", where=lambda n: n["params"]["processId"] == process_id
-    )
-    return int(base64.b64decode(note["params"]["chunk"]).split()[0])
-
-
-def _gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def _resume(daemon: RunningDaemon, session_id: str, timeout: float = 5.0) -> WsClient:
@@ -69,7 +51,7 @@ def test_disconnect_keeps_processes_and_resume_recovers_output(
     with shared_daemon.client() as probe:
         session_id = probe.initialize()["sessionId"]
         _start(probe, "ticker", script)
-        pid = _pid_of_first_output(probe, "ticker")
+        pid = pid_from_first_output(probe, "ticker")
     assert psutil.pid_exists(pid)
     with _resume(shared_daemon, session_id) as again:
         read = again.request("process/read", {"processId": "ticker", "waitMs": 0})
@@ -121,7 +103,7 @@ def test_session_expires_after_ttl_and_kills_its_trees(daemon_factory: type[Runn
     with daemon.client() as client:
         session_id = client.initialize()["sessionId"]
         _start(client, "long", "echo $$; (setsid sleep 1001 &); exec sleep 1001")
-        pid = _pid_of_first_output(client, "long")
+        pid = pid_from_first_output(client, "long")
         escapee_seen = False
         for _ in range(100):
             escapees = [
@@ -134,9 +116,9 @@ def test_session_expires_after_ttl_and_kills_its_trees(daemon_factory: type[Runn
                 break
             time.sleep(0.02)
         assert escapee_seen
-    assert _gone(pid)
+    assert gone(pid)
     for process in escapees:
-        assert _gone(process.pid)
+        assert gone(process.pid)
     with daemon.client() as late:
         response = late.call("initialize", {"clientName": "late", "resumeSessionId": session_id})
         assert response["error"] == {"code": -32600, "message": f"unknown session id {session_id}"}

@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.client import StdioClient
 from tests.support.daemon import start_stdio
+from tests.support.processes import gone
 
 STDIO_PREFIX = "failed to parse JSON-RPC message from exec-server stdio: "
 STATUS = {"id": 5, "method": "environment/status"}
@@ -24,18 +25,6 @@ def stdio() -> Iterator[StdioClient]:
     client.initialize()
     yield client
     client.stop()
-
-
-def _wait_gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.02)
-    return False
 
 
 @pytest.mark.parametrize("listen", ["stdio", "stdio://"], ids=["bare", "url"])
@@ -122,7 +111,7 @@ def test_eof_exits_zero_and_kills_processes() -> None:
         client.close_stdin()
         assert client.wait(timeout=10) == 0
         assert time.monotonic() - started < 5
-        assert _wait_gone(pid)
+        assert gone(pid)
     finally:
         client.stop()
 
