@@ -239,4 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 125 if args.command == "run" else 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `executor doctor | head`: the reader left; say nothing more, as other tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     parser.error(f"unknown command {args.command}")

@@ -15,6 +15,7 @@ from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugi
 from executor.sandbox.materialize import Purpose, materialize
 from executor.sandbox.profiles import Profile, ProfileLibrary, default_library, load_file
 from executor.sandbox.rules import RuleSet
+from executor.spawn.spawner import native_launcher
 
 __all__ = ["backends", "doctor", "profile_check", "profile_explain", "profile_list", "run"]
 
@@ -193,6 +194,13 @@ def doctor(args: argparse.Namespace) -> int:
     print(
         f"host: {host.platform} {host.release} {host.machine}, uid {host.uid}"
         + (" (root)" if host.uid == 0 else "")
+    )
+    launcher = native_launcher()
+    print(
+        f"launcher: native ({launcher})"
+        if launcher is not None
+        else "launcher: python (the native launcher is not built or is turned off; "
+        "commands start ~1.5 ms slower)"
     )
     manager = _manager()
     for backend, status in manager.candidates:

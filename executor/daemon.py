@@ -58,6 +58,11 @@ class Daemon:
         self.config = config
         self.loop = asyncio.get_running_loop()
         self.spawner = Spawner()
+        if self.spawner.supervisor != "native":
+            log.warning(
+                "the native launcher is not built or is turned off (EXECUTOR_NATIVE_LAUNCHER); "
+                "each command costs ~1.5 ms more CPU to start"
+            )
         _ensure_private_dir(config.state_dir)
         self.host_view = LocalHost(hidden_paths=(config.state_dir,))
         self.sandbox = SandboxManager(

@@ -1,0 +1,82 @@
+"""Which launcher runs plain commands, and the daemon working the same with either.
+
+The native launcher is the default where it was built; ``EXECUTOR_NATIVE_LAUNCHER=off`` makes
+the daemon fork a Python supervisor per command instead. The whole process suite runs on the
+default; here the fallback gets the essentials through a real daemon.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from executor.spawn.spawner import native_launcher
+from tests.support.client import WsClient, output_of
+from tests.support.daemon import RunningDaemon, executor_command
+from tests.support.processes import gone, pid_from_first_output
+
+
+@pytest.fixture(scope="module")
+def fallback() -> Iterator[RunningDaemon]:
+    daemon = RunningDaemon(env={"EXECUTOR_NATIVE_LAUNCHER": "off"})
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+@pytest.fixture
+def client(fallback: RunningDaemon) -> Iterator[WsClient]:
+    session = fallback.session()
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def test_the_fallback_is_announced_in_the_log(fallback: RunningDaemon) -> None:
+    assert "the native launcher is not built or is turned off" in fallback.log()
+
+
+def test_the_fallback_runs_commands_with_output_and_exit_code(client: WsClient) -> None:
+    _, events = client.run("p", ["/bin/sh", "-c", "echo out; echo err >&2; exit 5"])
+    assert output_of(events, "stdout") == b"out\n"
+    assert output_of(events, "stderr") == b"err\n"
+    assert [e["method"] for e in events][-2:] == ["process/exited", "process/closed"]
+    assert events[-2]["params"]["exitCode"] == 5
+
+
+def test_the_fallback_terminates_a_tree_with_a_setsid_escapee(client: WsClient) -> None:
+    script = "setsid sh -c 'echo $$; exec sleep 1012' & wait"
+    client.request(
+        "process/start",
+        {
+            "processId": "tree",
+            "argv": ["/bin/sh", "-c", script],
+            "cwd": "file:///tmp",
+            "env": {"PATH": "/usr/bin:/bin"},
+            "tty": False,
+        },
+    )
+    escapee = pid_from_first_output(client, "tree")
+    assert client.request("process/terminate", {"processId": "tree"}) == {"running": True}
+    assert gone(escapee)
+    assert client.process_events("tree")[-1]["method"] == "process/closed"
+
+
+@pytest.mark.parametrize("setting", ["", "off"])
+def test_doctor_names_the_launcher_in_use(setting: str) -> None:
+    result = subprocess.run(
+        [*executor_command(), "doctor"],
+        capture_output=True,
+        text=True,
+        env={"EXECUTOR_NATIVE_LAUNCHER": setting, "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    line = next(line for line in result.stdout.splitlines() if line.startswith("launcher:"))
+    if setting == "" and native_launcher() is not None:
+        assert line == f"launcher: native ({native_launcher()})"
+    else:
+        assert line.startswith("launcher: python")

@@ -1,0 +1,295 @@
+"""The launcher contract, for both launcher servers: the native one and ``zygote.py``.
+
+Each test starts real commands through a ``Spawner`` and reads the supervisor's reports:
+started (pid and supervisor), the exit status the moment the command exits, and the end once
+the command and every descendant are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import pty
+import signal
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
+
+import psutil
+import pytest
+
+from executor.spawn.spawner import Launch, LaunchFailed, Spawner, SpawnRequest, native_launcher
+from tests.support.enforcement import skip_unless
+from tests.support.processes import gone
+
+T = TypeVar("T")
+BASE_ENV = {"PATH": "/usr/bin:/bin"}
+
+
+@pytest.fixture(params=["native", "python"])
+def spawner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Spawner]:
+    if request.param == "native":
+        skip_unless(native_launcher() is not None, "the native launcher is not built")
+    else:
+        monkeypatch.setenv("EXECUTOR_NATIVE_LAUNCHER", "off")
+    created = Spawner()
+    assert created.supervisor == request.param
+    try:
+        yield created
+    finally:
+        created.close()
+
+
+def run(step: Callable[[], Awaitable[T]]) -> T:
+    return asyncio.run(asyncio.wait_for(step(), 30))
+
+
+def command(*argv: str, env: dict[str, str] | None = None, cwd: str = "/") -> SpawnRequest:
+    return SpawnRequest(
+        executable=argv[0], argv=argv, env=BASE_ENV if env is None else env, cwd=cwd, tty=False
+    )
+
+
+def sh(script: str, **kwargs: str) -> SpawnRequest:
+    return command("/bin/sh", "-c", script, **kwargs)  # type: ignore[arg-type]
+
+
+class Captured:
+    """A command's stdout and stderr pipes, readable once the command's tree is gone."""
+
+    def __init__(self) -> None:
+        self.out_r, self.out_w = os.pipe()
+        self.err_r, self.err_w = os.pipe()
+        self.stdin = os.open(os.devnull, os.O_RDONLY)
+
+    def stdio(self) -> tuple[int, int, int]:
+        return (self.stdin, self.out_w, self.err_w)
+
+    def handed_over(self) -> None:
+        """The launcher has its copies: close ours so EOF comes when the command's end."""
+        for fd in (self.stdin, self.out_w, self.err_w):
+            os.close(fd)
+
+    def read(self) -> str:
+        data = b""
+        while chunk := os.read(self.out_r, 65536):
+            data += chunk
+        os.close(self.out_r)
+        os.close(self.err_r)
+        return data.decode()
+
+
+def launch(spawner: Spawner, request: SpawnRequest) -> tuple[Launch, Captured]:
+    captured = Captured()
+    started = spawner.launch(request, captured.stdio())
+    captured.handed_over()
+    return started, captured
+
+
+def test_reports_start_exit_status_and_end(spawner: Spawner) -> None:
+    async def scenario() -> tuple[int, int, int, str]:
+        started, captured = launch(spawner, sh("echo $$; exit 3"))
+        pid, supervisor = await started.started
+        status = await started.exited
+        await started.gone
+        return pid, supervisor, status, captured.read()
+
+    pid, supervisor, status, out = run(scenario)
+    assert int(out) == pid
+    assert supervisor not in (pid, os.getpid())
+    assert os.waitstatus_to_exitcode(status) == 3
+
+
+def test_signal_death_is_reported_as_such(spawner: Spawner) -> None:
+    async def scenario() -> int:
+        started, captured = launch(spawner, sh("kill -TERM $$"))
+        status = await started.exited
+        await started.gone
+        captured.read()
+        return status
+
+    assert os.waitstatus_to_exitcode(run(scenario)) == -signal.SIGTERM
+
+
+def test_exit_comes_when_the_command_exits_and_the_end_when_its_tree_is_gone(
+    spawner: Spawner,
+) -> None:
+    async def scenario() -> tuple[bool, str]:
+        started, captured = launch(spawner, sh("(sleep 0.4; echo late) & exit 0"))
+        await started.exited
+        tree_still_running = not started.gone.done()
+        await started.gone
+        return tree_still_running, captured.read()
+
+    tree_still_running, out = run(scenario)
+    assert tree_still_running
+    assert out == "late\n"
+
+
+def test_a_missing_program_fails_the_exec_stage(spawner: Spawner) -> None:
+    async def scenario() -> LaunchFailed:
+        started, captured = launch(spawner, command("/nonexistent/program"))
+        with pytest.raises(LaunchFailed) as failure:
+            await started.started
+        await started.gone
+        captured.read()
+        return failure.value
+
+    failure = run(scenario)
+    assert (failure.stage, failure.error) == ("exec", errno.ENOENT)
+
+
+def test_a_missing_cwd_fails_the_chdir_stage(spawner: Spawner) -> None:
+    async def scenario() -> LaunchFailed:
+        started, captured = launch(spawner, command("/bin/true", cwd="/nonexistent/dir"))
+        with pytest.raises(LaunchFailed) as failure:
+            await started.started
+        captured.read()
+        return failure.value
+
+    failure = run(scenario)
+    assert (failure.stage, failure.error) == ("chdir", errno.ENOENT)
+
+
+def test_the_command_gets_exactly_its_argv_env_and_cwd(spawner: Spawner, tmp_path: str) -> None:
+    request = SpawnRequest(
+        executable="/bin/sh",
+        argv=("custom-arg0", "-c", 'echo "$0|$ONLY|$(pwd)"; env | sort'),
+        env={"ONLY": "one value", "PATH": "/usr/bin:/bin"},
+        cwd=str(tmp_path),
+        tty=False,
+    )
+
+    async def scenario() -> str:
+        started, captured = launch(spawner, request)
+        await started.gone
+        return captured.read()
+
+    first, *env = run(scenario).splitlines()
+    assert first == f"custom-arg0|one value|{tmp_path}"
+    assert [line for line in env if not line.startswith(("PWD=", "SHLVL=", "_="))] == [
+        "ONLY=one value",
+        "PATH=/usr/bin:/bin",
+    ]
+
+
+def test_the_command_leads_a_new_session_with_default_signals(spawner: Spawner) -> None:
+    script = "ps -o sid= -o pgid= -p $$; grep -E '^Sig(Blk|Ign):' /proc/$$/status"
+
+    async def scenario() -> tuple[int, str]:
+        started, captured = launch(spawner, sh(script))
+        pid, _ = await started.started
+        await started.gone
+        return pid, captured.read()
+
+    pid, out = run(scenario)
+    ids, blocked, ignored = out.splitlines()
+    assert [int(value) for value in ids.split()] == [pid, pid]
+    assert blocked.split() == ["SigBlk:", "0000000000000000"]
+    # The launchers ignore SIGCHLD, SIGINT and SIGPIPE themselves; the command must not. Only
+    # glibc's two internal signals (32 and 33) may be: its posix_spawn child sets them to
+    # SIG_IGN, which survives execve, and glibc programs install their own handlers anyway.
+    glibc_internal = 1 << 31 | 1 << 32
+    assert int(ignored.split()[1], 16) & ~glibc_internal == 0
+
+
+def test_a_terminal_becomes_the_controlling_terminal(spawner: Spawner) -> None:
+    controller, terminal = pty.openpty()
+    request = SpawnRequest(
+        executable="/bin/sh",
+        argv=("sh", "-c", "tty; exec 3</dev/tty && echo has-controlling-terminal"),
+        env=BASE_ENV,
+        cwd="/",
+        tty=True,
+    )
+
+    async def scenario() -> str:
+        started = spawner.launch(request, (terminal, terminal, terminal))
+        os.close(terminal)
+        await started.gone
+        data = b""
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # EIO: the terminal's last holder is gone
+                break
+            if not chunk:
+                break
+            data += chunk
+        os.close(controller)
+        return data.decode()
+
+    lines = run(scenario).split()
+    assert lines[0].startswith("/dev/pts/")
+    assert lines[1] == "has-controlling-terminal"
+
+
+def test_descendants_that_escape_with_setsid_stay_under_the_supervisor(spawner: Spawner) -> None:
+    # Double fork plus setsid: the escapee is orphaned into a new session; the subreaper
+    # supervisor adopts it, and SIGTERM to the supervisor kills it.
+    script = "(setsid sleep 30 & echo $!) ; exit 0"
+
+    async def scenario() -> tuple[int, int, bool]:
+        started, captured = launch(spawner, sh(script))
+        _, supervisor = await started.started
+        await started.exited
+        escapee = int(os.read(captured.out_r, 64))
+        for _ in range(100):
+            if psutil.Process(escapee).ppid() == supervisor:
+                break
+            await asyncio.sleep(0.01)
+        adopted = psutil.Process(escapee).ppid()
+        alive_after_exit = not started.gone.done()
+        os.kill(supervisor, signal.SIGTERM)
+        await started.gone
+        captured.read()
+        return escapee, adopted, alive_after_exit
+
+    escapee, adopted, alive_after_exit = run(scenario)
+    assert alive_after_exit
+    assert adopted != 1
+    assert gone(escapee)
+
+
+def test_when_the_launcher_dies_every_tree_is_killed_and_the_next_launch_restarts_it(
+    spawner: Spawner,
+) -> None:
+    async def scenario() -> tuple[int, int]:
+        started, captured = launch(spawner, sh("sleep 30 & echo $!; wait"))
+        await started.started
+        child = int(os.read(captured.out_r, 64))
+        launcher = _launcher_of(spawner)
+        os.kill(launcher, signal.SIGKILL)
+        await started.gone
+        captured.read()
+        again, captured_again = launch(spawner, sh("echo again"))
+        await again.gone
+        assert captured_again.read() == "again\n"
+        return child, launcher
+
+    child, launcher = run(scenario)
+    assert gone(child)
+    assert _launcher_of(spawner) != launcher
+
+
+def _launcher_of(spawner: Spawner) -> int:
+    """The launcher server that runs plain commands: a direct child of this process."""
+    me = psutil.Process()
+    wanted = "executor-launcher" if spawner.supervisor == "native" else "zygote.py"
+    for child in me.children():
+        if any(wanted in part for part in child.cmdline()):
+            return child.pid
+    raise AssertionError(f"no {wanted} child")
+
+
+def test_many_commands_at_once_each_get_their_own_status(spawner: Spawner) -> None:
+    async def scenario() -> list[tuple[int, str]]:
+        launches = [launch(spawner, sh(f"echo {n}; exit {n}")) for n in range(40)]
+        results = []
+        for started, captured in launches:
+            status = await started.exited
+            await started.gone
+            results.append((os.waitstatus_to_exitcode(status), captured.read()))
+        return results
+
+    assert run(scenario) == [(n, f"{n}\n") for n in range(40)]
