@@ -210,7 +210,8 @@ class Target:
     def rss_mib(self) -> dict[str, float]:
         """Resident memory in MiB per role: ``daemon`` and, when present, ``launcher``.
 
-        Ours: the Python daemon and its launcher server (``zygote.py``). The reference is
+        Ours: the Python daemon and its launcher servers (``zygote.py``, ``executor-launcher``;
+        not the supervisors they fork, which carry the same command line). The reference is
         started through a node wrapper: ``daemon`` is its native ``codex`` process and
         ``wrapper`` the node process in front of it.
         """
@@ -235,9 +236,13 @@ class Target:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+_LAUNCHERS = ("zygote.py", "executor-launcher")
+
+
 def _role(process: psutil.Process, cmdline: str) -> str | None:
-    if "zygote.py" in cmdline:
-        return "launcher"
+    if any(name in cmdline for name in _LAUNCHERS):
+        parent = " ".join(psutil.Process(process.ppid()).cmdline())
+        return None if any(name in parent for name in _LAUNCHERS) else "launcher"
     if process.name() in ("node", "nodejs"):
         return "wrapper"
     if "serve --listen" in cmdline or "exec-server" in cmdline:

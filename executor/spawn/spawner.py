@@ -9,6 +9,7 @@ futures resolve as the supervisor reports; both speak the status lines ``zygote`
 
 from __future__ import annotations
 
+import array
 import asyncio
 import os
 import pickle
@@ -156,16 +157,19 @@ class _Server:
         return ours
 
     def send(self, payload: bytes, fds: list[int]) -> None:
-        """One request: length, payload, and ``fds`` riding on the first byte."""
+        """One request: length, payload, and ``fds`` attached to its first bytes.
+
+        One ``sendmsg`` for all of it: every extra write to the control socket wakes the
+        launcher again, and in a burst each wake-up costs a context switch.
+        """
         data = struct.pack(">I", len(payload)) + payload
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fd_array(fds))]
         for attempt in range(2):
             control = self._ensure()
             try:
-                sent = control.sendmsg(
-                    [data[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(_fd_array(fds)))]
-                )
-                if sent:
-                    control.sendall(data[1:])
+                sent = control.sendmsg([data], rights)
+                if sent < len(data):
+                    control.sendall(data[sent:])
                 return
             except (BrokenPipeError, ConnectionResetError):
                 self.stop()
@@ -294,6 +298,4 @@ class Spawner:
 
 
 def _fd_array(fds: list[int]) -> bytes:
-    import array
-
     return array.array("i", fds).tobytes()
