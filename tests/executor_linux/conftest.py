@@ -30,6 +30,28 @@ from tests.support.enforcement import skip_unless
 
 PROBE = Path(__file__).with_name("escape_probe.py")
 PRIVATE_NS = ["unshare", "--uts", "--mount", "--propagation", "private", "--"]
+#: The unprivileged driver's user: ``nobody`` on Debian-like systems.
+UNPRIVILEGED_UID = 65534
+
+
+def as_user(uid: int) -> list[str]:
+    """A ``setpriv`` prefix that runs a command as ``uid``, with no groups.
+
+    It keeps one ambient capability, CAP_DAC_READ_SEARCH, only so that the test interpreter
+    is reachable when it lives under a private home (pyenv in ``/root`` on CI). It does not
+    reach the sandboxed command: the backend drops every capability, and the user namespace
+    the unprivileged path creates voids those of the parent namespace anyway (the probe's
+    ``read_denied`` would see it otherwise).
+    """
+    return [
+        "setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--inh-caps=+dac_read_search",
+        "--ambient-caps=+dac_read_search",
+        "--",
+    ]
 
 
 def linux_sandbox_available() -> bool:
@@ -62,6 +84,8 @@ class Scene:
     victim: subprocess.Popen[bytes] | None = None
     peer: subprocess.Popen[bytes] | None = None
     shm_name: str = ""
+    #: Who owns the scene and runs the daemon: this process's user, or the unprivileged one.
+    owner: int = field(default_factory=os.getuid)
 
     def config(self, *, workspace_writable: bool) -> dict[str, Any]:
         """The probe configuration."""
@@ -123,8 +147,12 @@ def _listeners(root: Path) -> dict[str, Any]:
     return {"tcp": tcp, "udp": udp, "unix_path": unix_path, "unix_abstract": unix_abstract}
 
 
-def build_scene() -> Scene:
-    """Create the targets (outside /tmp, which the workspace profile may write)."""
+def build_scene(owner: int | None = None) -> Scene:
+    """Create the targets (outside /tmp, which the workspace profile may write).
+
+    With ``owner``, every file, the listeners' socket file and the two host processes belong
+    to that user, as they would for a daemon run by that user.
+    """
     root = Path(tempfile.mkdtemp(prefix="executor-escapes-", dir="/var/tmp")).resolve()
     workspace, outside, state = root / "workspace", root / "outside", root / "state"
     for directory in (workspace / "sub", workspace / ".git" / "hooks", outside, state):
@@ -139,10 +167,17 @@ def build_scene() -> Scene:
     secret = state / "secret.txt"
     secret.write_text("executor state\n")
     # Two host processes: one the probes try to signal, one whose environ/root they try to read.
-    victim = subprocess.Popen(["sleep", "600"])
-    peer = subprocess.Popen(["sleep", "600"], env={"SECRET_MARKER": "peer-secret"})
+    user = owner if owner is not None and owner != os.getuid() else None
+    victim = subprocess.Popen(["sleep", "600"], user=user)
+    peer = subprocess.Popen(["sleep", "600"], env={"SECRET_MARKER": "peer-secret"}, user=user)
     scene = Scene(root, workspace, outside, state, secret, _listeners(root), victim, peer)
     scene.shm_name = "executor-test-" + secrets.token_hex(6)
+    if user is not None:
+        scene.owner = user
+        os.chown(root, user, user)
+        for path in root.rglob("*"):
+            os.chown(path, user, user, follow_symlinks=False)
+        os.chmod(state, 0o700)
     return scene
 
 
@@ -202,12 +237,13 @@ def probe_cli(scene: Scene, profile: str) -> dict[str, dict[str, str]]:
 
 
 class WrappedDaemon:
-    """A daemon started inside a private UTS+mount namespace."""
+    """A daemon started inside a private UTS+mount namespace (as ``user``, if given)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], user: int | None = None) -> None:
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
+        prefix = [*PRIVATE_NS, *(as_user(user) if user is not None else [])]
         self.process = subprocess.Popen(
-            [*PRIVATE_NS, *executor_command(), "serve", "--listen", "ws://127.0.0.1:0"],
+            [*prefix, *executor_command(), "serve", "--listen", "ws://127.0.0.1:0"],
             stdout=subprocess.PIPE,
             stderr=self.log,
             stdin=subprocess.DEVNULL,

@@ -263,6 +263,7 @@ def probes(cfg: dict[str, Any]) -> dict[str, dict[str, Outcome]]:
     shm = os.path.join("/dev/shm", cfg["shm_name"])
     probe("dev_shm", lambda: write(shm), lambda: read("/dev/null"))
     results["hostname_after"] = {"escape": socket.gethostname(), "allowed": "ok"}
+    results["uid"] = {"escape": str(os.getuid()), "allowed": "ok"}
     return results
 
 

@@ -8,12 +8,14 @@ checks the host: no file appeared outside, no listener was reached, the victim l
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.executor_linux.conftest import (
+    UNPRIVILEGED_UID,
     Scene,
     WrappedDaemon,
     build_scene,
@@ -45,7 +47,7 @@ HOST_CHECKS: dict[str, Callable[[Scene], bool]] = {
     "proc_1_root": lambda s: not (s.outside / "proc-1.txt").exists(),
     "proc_pid_root": lambda s: not (s.outside / "proc-pid.txt").exists(),
     "chmod": lambda s: (s.outside / "meta.txt").stat().st_mode & 0o777 == 0o644,
-    "chown": lambda s: (s.outside / "meta.txt").stat().st_uid == os.getuid(),
+    "chown": lambda s: (s.outside / "meta.txt").stat().st_uid == s.owner,
     "utime": lambda s: (s.outside / "meta.txt").stat().st_mtime > 0,
     "setxattr": lambda s: "user.escaped" not in os.listxattr(s.outside / "meta.txt"),
     "git_write": lambda s: (s.workspace / ".git" / "config").read_text() == "[core]\n",
@@ -101,11 +103,13 @@ PROBES = [
 #: then not hidden (it holds no secrets), so the probe that reads it is not expected to fail.
 NO_NAMESPACES = ("read-only", "daemon-no-namespaces")
 NOT_ENFORCED_WITHOUT_NAMESPACES = {"read_denied"}
+#: The daemon run by an ordinary user: the backend takes its user-namespace path.
+UNPRIVILEGED = [(profile, "daemon-unprivileged") for profile in PROFILES]
 
 
 @pytest.fixture(
     scope="module",
-    params=[*[(p, d) for p in PROFILES for d in DRIVERS], NO_NAMESPACES],
+    params=[*[(p, d) for p in PROFILES for d in DRIVERS], NO_NAMESPACES, *UNPRIVILEGED],
     ids=lambda v: f"{v[0]}-{v[1]}",
 )
 def outcome(
@@ -114,13 +118,17 @@ def outcome(
     """One probe run per profile and driver; yields the scene, report, listener hits, driver."""
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
     profile, driver = request.param
-    scene = build_scene()
+    unprivileged = driver == "daemon-unprivileged"
+    if unprivileged:
+        skip_unless(shutil.which("setpriv") is not None, "util-linux setpriv is needed")
+        skip_unless(os.getuid() == 0, "switching to an unprivileged user needs root")
+    scene = build_scene(owner=UNPRIVILEGED_UID if unprivileged else None)
     daemon = None
     if driver.startswith("daemon"):
         env = scene.env()
         if driver == "daemon-no-namespaces":
             env["EXECUTOR_LINUX_NAMESPACES"] = "off"
-        daemon = WrappedDaemon(env)
+        daemon = WrappedDaemon(env, user=UNPRIVILEGED_UID if unprivileged else None)
     try:
         report = (
             probe_daemon(scene, profile, daemon)
@@ -169,3 +177,13 @@ def test_hostname_is_unchanged(
     """sethostname failed, so the (private) hostname seen inside is not the attacker's."""
     _scene, report, _hits, _driver = outcome
     assert report["hostname_after"]["escape"] != "escaped"
+
+
+def test_the_command_runs_as_the_daemons_user(
+    outcome: tuple[Scene, dict[str, dict[str, str]], list[str], str],
+) -> None:
+    """Root's daemon runs commands as root (no user namespace); an ordinary user's daemon
+    runs them as that user, through the user-namespace path, enforced all the same."""
+    _scene, report, _hits, driver = outcome
+    expected = UNPRIVILEGED_UID if driver == "daemon-unprivileged" else os.getuid()
+    assert report["uid"]["escape"] == str(expected)
