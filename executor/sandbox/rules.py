@@ -19,10 +19,12 @@ from executor.sandbox.intent import Access, NetworkMode
 
 __all__ = [
     "Feature",
+    "GlobClass",
     "PathKind",
     "PathRule",
     "RuleOrigin",
     "RuleSet",
+    "glob_class",
     "glob_has_magic",
     "glob_to_regex",
     "is_within",
@@ -174,9 +176,13 @@ def glob_to_regex(pattern: str) -> str:
     """Translate an absolute git-style glob to an anchored regex.
 
     ``*`` and ``?`` stay inside one path component, ``**/`` matches zero or more directories,
-    a trailing ``/**`` everything below, ``[...]`` classes are kept (``!`` negates). A match
-    also covers everything below the matched path (a denied directory hides its contents).
+    a trailing ``/**`` everything below, ``[...]`` classes match one character of a component
+    (see ``glob_class``). A match also covers everything below the matched path (a denied
+    directory hides its contents). A trailing ``/`` (git: directories only) is dropped: the
+    path is denied whatever it is, which denies more, never less.
     """
+    if len(pattern) > 1:
+        pattern = pattern.rstrip("/") or "/"
     out: list[str] = []
     i, n = 0, len(pattern)
     while i < n:
@@ -193,19 +199,51 @@ def glob_to_regex(pattern: str) -> str:
         elif char == "?":
             out.append("[^/]")
             i += 1
-        elif char == "[":
-            klass, after = _character_class(pattern, i)
-            out.append(klass if klass is not None else re.escape(char))
-            i = after
+        elif char == "[" and (parsed := glob_class(pattern, i)) is not None:
+            klass, i = parsed
+            out.append(_class_regex(klass))
         else:
             out.append(re.escape(char))
             i += 1
-    # DOTALL and \Z: names may contain newlines, and a denied match hides what is below it.
-    return "(?s)^" + "".join(out) + "(?:/.*)?\\Z"
+    # DOTALL and \Z: names may contain newlines, and a denied match hides what is below it
+    # (the root, the one pattern still ending in "/", hides everything).
+    below = ".*" if pattern == "/" else "(?:/.*)?"
+    return "(?s)^" + "".join(out) + below + "\\Z"
 
 
-def _character_class(pattern: str, start: int) -> tuple[str | None, int]:
-    """``[...]`` at ``start`` as a regex class and the index after it; None if unclosed."""
+@dataclass(frozen=True, slots=True)
+class GlobClass:
+    """What a glob's bracket class matches: one character of a path component.
+
+    ``ranges`` are sorted, disjoint and non-adjacent inclusive ``(low, high)`` character
+    ranges. A plain class matches a character inside them, a ``negated`` one a character
+    outside them. ``/`` is never matched: it is outside the ranges of a plain class and inside
+    those of a negated one. A plain class without ranges matches nothing (``[/]``).
+    """
+
+    negated: bool
+    ranges: tuple[tuple[str, str], ...]
+
+    def matches(self, char: str) -> bool:
+        """Whether the class matches the single character ``char``."""
+        return any(low <= char <= high for low, high in self.ranges) is not self.negated
+
+
+#: A class whose range is impossible (``[9-0]``): any one character of a component.
+_ANY_ONE = GlobClass(negated=True, ranges=(("/", "/"),))
+
+
+def glob_class(pattern: str, start: int) -> tuple[GlobClass, int] | None:
+    """The class whose ``[`` is at ``start`` and the index after its ``]``; None if unclosed
+    (the ``[`` is then an ordinary character).
+
+    ``!`` or ``^`` first negates; a ``]`` first (after the negation) is a member, not the end.
+    Every other character is a member as written (``\\`` escapes nothing), and ``a-z`` is a
+    range unless the ``-`` is the first or last member. A class with a reversed range
+    (``[9-0]``) is impossible; it is read as any one character (deny more, never less).
+    Members are only ever matched against one character of a component: ``/`` is never
+    matched, even when listed (``[/a]`` is ``[a]``, ``[!a]`` excludes ``/`` too).
+    """
     i = start + 1
     if pattern[i : i + 1] in ("!", "^"):
         i += 1
@@ -213,18 +251,54 @@ def _character_class(pattern: str, start: int) -> tuple[str | None, int]:
         i += 1  # a leading ] is a member, not the end
     end = pattern.find("]", i)
     if end < 0:
-        return None, start + 1
+        return None
     body = pattern[start + 1 : end]
-    negate = body[:1] in ("!", "^")
-    members = body[1:] if negate else body
-    inner = "".join(c if c == "-" else re.escape(c) for c in members)
-    klass = "(?!/)[" + ("^" if negate else "") + inner + "]"
-    try:
-        re.compile(klass)
-    except re.error:
-        # An impossible class (e.g. ``[9-0]``): deny more, never less — any one character.
-        return "[^/]", end + 1
-    return klass, end + 1
+    negated = body[:1] in ("!", "^")
+    members = body[1:] if negated else body
+    ranges: list[tuple[int, int]] = []
+    j = 0
+    while j < len(members):
+        low = high = ord(members[j])
+        if members[j + 1 : j + 2] == "-" and j + 2 < len(members):
+            high = ord(members[j + 2])
+            if high < low:
+                return _ANY_ONE, end + 1
+            j += 3
+        else:
+            j += 1
+        ranges.append((low, high))
+    slash = ord("/")
+    if negated:
+        ranges.append((slash, slash))
+    else:
+        ranges = [
+            piece
+            for low, high in ranges
+            for piece in ((low, min(high, slash - 1)), (max(low, slash + 1), high))
+            if piece[0] <= piece[1]
+        ]
+    return GlobClass(negated=negated, ranges=_merged(ranges)), end + 1
+
+
+def _merged(ranges: list[tuple[int, int]]) -> tuple[tuple[str, str], ...]:
+    merged: list[list[int]] = []
+    for low, high in sorted(ranges):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], high)
+        else:
+            merged.append([low, high])
+    return tuple((chr(low), chr(high)) for low, high in merged)
+
+
+def _class_regex(klass: GlobClass) -> str:
+    """``klass`` as a Python regex (every member escaped, so ``re`` reads no set operation)."""
+    if not klass.ranges:
+        return "(?!)"  # matches nothing
+    body = "".join(
+        re.escape(low) if low == high else re.escape(low) + "-" + re.escape(high)
+        for low, high in klass.ranges
+    )
+    return "[" + ("^" if klass.negated else "") + body + "]"
 
 
 def glob_has_magic(pattern: str) -> bool:

@@ -321,7 +321,12 @@ class _Renderer:
 
     def denies(self) -> list[str]:
         parts = [self.deny_rule(rule) for rule in self.stated]
-        parts += [self.deny_glob(index, pattern) for index, pattern in enumerate(self.globs)]
+        globs: list[str] = []
+        for pattern in self.globs:
+            form = self.deny_glob(len(globs), pattern)
+            if form is not None:
+                globs.append(form)
+        parts += globs
         anchors = self.anchors()
         if anchors:
             names = [name for path in anchors for name in self.params.names("ANCHOR", path)]
@@ -365,12 +370,15 @@ class _Renderer:
             if root.path != deny.path and is_within(root.path, deny.path)
         ]
 
-    def deny_glob(self, index: int, pattern: str) -> str:
+    def deny_glob(self, index: int, pattern: str) -> str | None:
+        """The deny form of a glob; None when it matches no path (see ``glob_to_ere``)."""
         _check_value(pattern, "deny glob")
+        regexes = [regex for spelling in spellings(pattern) if (regex := glob_to_ere(spelling))]
+        if not regexes:
+            return None  # every spelling has the same classes: all match nothing, or none does
         filters = []
-        for number, spelling in enumerate(spellings(pattern)):
+        for number, regex in enumerate(regexes):
             base = f"GLOB_{index}" if number == 0 else f"GLOB_{index}_ALIAS"
-            regex = glob_to_ere(spelling)
             below = regex if regex.endswith("/") else regex + "/"
             filters.append(f"(regex {param(self.params.define(base, regex + '$'))})")
             filters.append(f"(regex {param(self.params.define(base + '_BELOW', below))})")

@@ -146,6 +146,28 @@ def test_read_of_denied_path_fails(backend: MacosBackend, workspace: Path) -> No
     assert run(backend, sandbox, "echo ok > fine.txt", workspace).returncode == 0
 
 
+def test_deny_glob_classes_deny_exactly_what_they_name(
+    backend: MacosBackend, workspace: Path
+) -> None:
+    """Bracket classes with punctuation, a listed "/", negation and a non-ASCII range: Seatbelt
+    reads the emitted regexes as the core reads the globs (no more, no less)."""
+    (workspace / "d").mkdir()
+    for name in ("k.key", "kxkey", "n.x", "n.1", "d/y", "dxy", "\u00e9", "z"):
+        (workspace / name).write_text("s")
+    globs = ["k[._]key", "n.[!0-9]", "d[/x]y", "[\u00e0-\u00ff]"]
+    entries = [
+        *WORKSPACE,
+        *({"path": {"type": "glob_pattern", "pattern": g}, "access": "deny"} for g in globs),
+    ]
+    sandbox = intent(workspace, entries)
+    for denied in ("k.key", "n.x", "dxy", "\u00e9"):
+        assert run(backend, sandbox, f"cat '{denied}'", workspace).returncode != 0, denied
+    for readable in ("kxkey", "n.1", "d/y", "z"):
+        assert run(backend, sandbox, f"cat '{readable}'", workspace).returncode == 0, readable
+    assert run(backend, sandbox, "echo x > k_key", workspace).returncode != 0
+    assert not (workspace / "k_key").exists()
+
+
 def test_git_stays_read_only(backend: MacosBackend, workspace: Path) -> None:
     """.git can be read but not written, renamed or filled."""
     (workspace / ".git").mkdir()

@@ -242,6 +242,20 @@ def test_deny_glob_without_depth_scans_every_level() -> None:
     }
 
 
+def test_deny_glob_with_a_trailing_slash_finds_the_directory() -> None:
+    """`**/deeper/` (git: directories only) masks the directory; it used to match no path."""
+    result = rules(
+        context(
+            managed(special("root", "read"), special("project_roots", "write"), glob("**/deeper/")),
+            cwd="/ws",
+            roots=("/ws",),
+        )
+    )
+    assert {r.path for r in result.rules if r.origin is RuleOrigin.DENY_GLOB} == {"/ws/sub/deeper"}
+    assert result.effective("/ws/sub/deeper/d.key") is Access.DENY
+    assert result.effective("/ws/sub/s.env") is Access.WRITE
+
+
 def test_home_and_project_root_glob_forms() -> None:
     """`~/` globs use userHomeDir; `codex-project-roots://` globs each workspace root."""
     sandbox = context(
