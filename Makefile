@@ -39,8 +39,8 @@ $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml $(shell find tests/th
 	touch $@
 
 lint: setup-test
-	$(BIN)/ruff check executor plugins tests bench
-	$(BIN)/ruff format --check executor plugins tests bench
+	$(BIN)/ruff check executor plugins tests bench scripts setup.py
+	$(BIN)/ruff format --check executor plugins tests bench scripts setup.py
 
 typecheck: setup-test
 	$(BIN)/mypy

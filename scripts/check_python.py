@@ -2,5 +2,5 @@
 
 import sys
 
-if sys.version_info < (3, 11):
+if sys.version_info < (3, 11):  # noqa: UP036 - runs under whatever python3 is first
     sys.exit(f"executor needs Python >= 3.11; {sys.executable} is {sys.version.split()[0]}")
