@@ -104,6 +104,21 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ws.add_argument("--ping-interval", type=_positive, default=10.0, metavar="SECONDS")
     ws.add_argument("--ping-timeout", type=_positive, default=10.0, metavar="SECONDS")
     ws.add_argument("--close-timeout", type=_positive, default=2.0, metavar="SECONDS")
+    ws.add_argument(
+        "--ws-auth",
+        metavar="MODE",
+        help="authenticate upgrades: capability-token (a bearer token; see --ws-token-file)",
+    )
+    ws.add_argument(
+        "--ws-token-file",
+        metavar="PATH",
+        help="file holding the capability token (read at startup, whitespace trimmed)",
+    )
+    ws.add_argument(
+        "--ws-token-sha256",
+        metavar="HEX",
+        help="the capability token's SHA-256 in hex, instead of --ws-token-file",
+    )
 
 
 def _add_workspace(parser: argparse.ArgumentParser) -> None:
@@ -180,9 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _serve(args: argparse.Namespace) -> int:
     from executor.serve import parse_listen, serve
+    from executor.transports.auth import from_flags
 
     configure_logging(args.log_level, args.log_format)
     address = parse_listen(args.listen)
+    auth = from_flags(
+        args.ws_auth, args.ws_token_file, args.ws_token_sha256, stdio=address.kind == "stdio"
+    )
     if args.state_dir:
         os.environ["EXECUTOR_STATE_DIR"] = os.path.realpath(args.state_dir)
     config = DaemonConfig(
@@ -203,6 +222,7 @@ def _serve(args: argparse.Namespace) -> int:
         ping_interval=args.ping_interval,
         ping_timeout=args.ping_timeout,
         close_timeout=args.close_timeout,
+        auth=auth,
     )
     return asyncio.run(serve(address, config, options))
 

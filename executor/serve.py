@@ -126,9 +126,16 @@ async def _serve_ws(
     sys.stdout.flush()
     log.info("listening on %s", url)
     if not _is_loopback(address.host):
-        log.warning(
-            "listening on non-loopback address %s without authentication: anyone who can reach "
-            "it can run commands as this user",
-            address.host,
-        )
+        if options.auth is None:
+            log.warning(
+                "listening on non-loopback address %s without authentication: anyone who can "
+                "reach it can run commands as this user (see --ws-auth)",
+                address.host,
+            )
+        else:
+            log.warning(
+                "listening on non-loopback address %s over plain ws://: the bearer token and "
+                "all traffic cross the network unencrypted; prefer a tunnel or a TLS proxy",
+                address.host,
+            )
     return server

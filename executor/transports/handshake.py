@@ -4,7 +4,8 @@ Routing follows the reference exactly:
 
 * any request with an ``Origin`` header -> 403 (guards against browsers and DNS rebinding);
 * ``GET``/``HEAD /readyz`` -> 200, other methods there -> 405 with ``allow: GET,HEAD``;
-* ``GET /`` with a valid upgrade -> 101; without upgrade headers -> 400;
+* ``GET /`` with a valid upgrade -> 101 (or 401 when authentication is on and the bearer
+  token is missing or wrong: see ``auth``); without upgrade headers -> 400;
 * any other path -> 404.
 """
 
@@ -15,6 +16,8 @@ import binascii
 import hashlib
 from dataclasses import dataclass, field
 from typing import Final
+
+from executor.transports.auth import CapabilityToken
 
 __all__ = [
     "MAX_HEAD_BYTES",
@@ -37,11 +40,16 @@ class HandshakeError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
-    """A parsed request head; header names are lower-cased, repeated values joined."""
+    """A parsed request head; header names are lower-cased, repeated values joined.
+
+    ``first`` keeps each header's first value, for headers where only that one counts
+    (``Authorization``, as the reference reads it).
+    """
 
     method: str
     target: str
     headers: dict[str, str] = field(default_factory=dict)
+    first: dict[str, str] = field(default_factory=dict)
 
     @property
     def path(self) -> str:
@@ -93,6 +101,7 @@ def parse_head(head: bytes) -> HttpRequest:
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
         raise HandshakeError("malformed request line")
     headers: dict[str, str] = {}
+    first: dict[str, str] = {}
     for line in header_lines:
         if not line:
             continue
@@ -102,7 +111,8 @@ def parse_head(head: bytes) -> HttpRequest:
         key = name.lower()
         value = value.strip()
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    return HttpRequest(parts[0], parts[1], headers)
+        first.setdefault(key, value)
+    return HttpRequest(parts[0], parts[1], headers, first)
 
 
 def _tokens(value: str) -> set[str]:
@@ -122,8 +132,8 @@ def accept_key(key: str) -> str:
     return base64.b64encode(digest).decode("ascii")
 
 
-def route(request: HttpRequest) -> Response | Upgrade:
-    """Decide what to answer to ``request``."""
+def route(request: HttpRequest, auth: CapabilityToken | None = None) -> Response | Upgrade:
+    """Decide what to answer to ``request``; with ``auth``, upgrades need its bearer token."""
     if "origin" in request.headers:
         return Response(403, "Forbidden")
     if request.path == "/readyz":
@@ -134,10 +144,10 @@ def route(request: HttpRequest) -> Response | Upgrade:
         return Response(404, "Not Found")
     if request.method != "GET":
         return Response(405, "Method Not Allowed", (("allow", "GET"),))
-    return _upgrade(request)
+    return _upgrade(request, auth)
 
 
-def _upgrade(request: HttpRequest) -> Response | Upgrade:
+def _upgrade(request: HttpRequest, auth: CapabilityToken | None) -> Response | Upgrade:
     headers = request.headers
     if "upgrade" not in _tokens(headers.get("connection", "")):
         return _plain(400, "Bad Request", "Connection header did not include 'upgrade'")
@@ -157,4 +167,6 @@ def _upgrade(request: HttpRequest) -> Response | Upgrade:
         valid = False
     if not valid:
         return _plain(400, "Bad Request", "invalid Sec-WebSocket-Key header")
+    if auth is not None and (refusal := auth.refusal(request.first.get("authorization"))):
+        return _plain(401, "Unauthorized", refusal)
     return Upgrade(accept_key(key))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol as TypingProtocol
 
 from executor.transports import handshake
+from executor.transports.auth import CapabilityToken
 from executor.transports.frames import (
     CLOSE,
     PING,
@@ -58,6 +59,8 @@ class WebSocketOptions:
     close_timeout: float = 2.0
     handshake_timeout: float = 10.0
     write_high_water: int = 1024 * 1024
+    #: ``--ws-auth capability-token``: upgrades need this bearer token (None: no auth).
+    auth: CapabilityToken | None = None
 
 
 class ConnectionCallbacks(TypingProtocol):
@@ -211,8 +214,12 @@ class WebSocketProtocol(asyncio.Protocol):
         except handshake.HandshakeError as exc:
             self._respond(handshake.Response(400, "Bad Request", body=str(exc).encode()))
             return
-        decision = handshake.route(request)
+        decision = handshake.route(request, self._options.auth)
         if isinstance(decision, handshake.Response):
+            if decision.status == 401:
+                log.warning(
+                    "refused a WebSocket upgrade from %s: %s", self.peer, decision.body.decode()
+                )
             self._respond(decision, head_only=request.method == "HEAD")
             return
         self._accept(decision, rest)
