@@ -25,7 +25,8 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: $(VENV)/bin/python pyproject.toml
+# setup.py and launcher.c too: an editable install compiles the native launcher in place.
+$(VENV)/.installed: $(VENV)/bin/python pyproject.toml setup.py executor/spawn/launcher.c
 	scripts/ensure-system-deps.sh
 	$(BIN)/python -m pip install --quiet -e '.[fast]'
 	touch $@
