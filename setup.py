@@ -49,9 +49,13 @@ class BuildLauncher(Command):
         compiler = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
         target = self._target()
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        command = [*compiler, *CFLAGS, "-o", target, SOURCE]
+        # Built beside the target and renamed over it: a running launcher keeps its old file
+        # (writing into a running executable fails with ETXTBSY).
+        partial = target + ".partial"
+        command = [*compiler, *CFLAGS, "-o", partial, SOURCE]
         try:
             subprocess.run(command, check=True)
+            os.replace(partial, target)
         except (OSError, subprocess.CalledProcessError) as exc:
             print(
                 f"executor: WARNING: could not build the native launcher ({exc}); the daemon "
