@@ -293,3 +293,14 @@ def test_many_commands_at_once_each_get_their_own_status(spawner: Spawner) -> No
         return results
 
     assert run(scenario) == [(n, f"{n}\n") for n in range(40)]
+
+
+def test_the_command_inherits_no_descriptor_beyond_its_stdio(spawner: Spawner) -> None:
+    # The shell lists its own descriptors; the launcher's control socket, the status pipe
+    # and anything else the daemon or launcher holds must not leak into commands.
+    async def scenario() -> str:
+        started, captured = launch(spawner, sh("ls /proc/$$/fd"))
+        await started.gone
+        return captured.read()
+
+    assert sorted(int(fd) for fd in run(scenario).split()) == [0, 1, 2]
