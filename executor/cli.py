@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from executor import __version__
 from executor.daemon import DaemonConfig
 from executor.errors import ConfigError, ExecutorError
+from executor.http.policy import DEFAULT_MAX_BUFFERED_BYTES, HttpPolicy
 from executor.logs import configure_logging
 from executor.process import ProcessLimits
 from executor.transports.websocket import WebSocketOptions
@@ -119,6 +120,51 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="HEX",
         help="the capability token's SHA-256 in hex, instead of --ws-token-file",
     )
+    _add_http(serve)
+
+
+def _add_http(serve: argparse.ArgumentParser) -> None:
+    http = serve.add_argument_group(
+        "http/request", "HTTP(S) requests clients ask the executor to make from this host"
+    )
+    http.add_argument(
+        "--http-requests",
+        choices=["on", "off"],
+        default="on",
+        help="off: refuse every http/request (unsandboxed network egress from this host)",
+    )
+    http.add_argument(
+        "--http-header-env-var",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="let request headers append this executor environment variable (valueEnvVar);"
+        " repeatable. Without any, valueEnvVar is refused and httpHeaderEnvVars is false",
+    )
+    http.add_argument(
+        "--http-allow-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="only these hosts (exact, or *.suffix for subdomains) may be requested, redirects"
+        " included; repeatable. Without any, every host may be",
+    )
+    http.add_argument(
+        "--http-max-buffered-bytes",
+        type=_count,
+        default=DEFAULT_MAX_BUFFERED_BYTES,
+        metavar="BYTES",
+        help="largest response body a buffered (not streamed) request returns",
+    )
+
+
+def _http_policy(args: argparse.Namespace) -> HttpPolicy:
+    return HttpPolicy(
+        enabled=args.http_requests == "on",
+        header_env_vars=frozenset(args.http_header_env_var),
+        allowed_hosts=tuple(args.http_allow_host),
+        max_buffered_bytes=args.http_max_buffered_bytes,
+    )
 
 
 def _add_workspace(parser: argparse.ArgumentParser) -> None:
@@ -215,6 +261,7 @@ def _serve(args: argparse.Namespace) -> int:
             max_command_bytes=args.max_command_bytes,
             stop_grace=args.stop_grace,
         ),
+        http=_http_policy(args),
     )
     options = WebSocketOptions(
         max_frame_bytes=args.max_frame_bytes,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from collections.abc import Coroutine
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from executor.environment import describe_host
+from executor.http.policy import HttpPolicy
 from executor.process import Confinement, LiveProcessCounter, ProcessLimits, ProcessTable
 from executor.protocol.messages import Capabilities
 from executor.router import Route, build_routes
@@ -42,6 +44,13 @@ class DaemonConfig:
     blocked_plugins: tuple[str, ...] = ()
     #: The executor's private state directory; hidden from every sandbox.
     state_dir: str = field(default_factory=state_directory)
+    #: What ``http/request`` may do (enabled, no ``valueEnvVar``, any host, by default).
+    http: HttpPolicy = field(default_factory=HttpPolicy)
+
+    def capabilities(self) -> Capabilities:
+        """``IMPLEMENTED``, plus what this configuration turns on."""
+        env_vars = self.http.enabled and bool(self.http.header_env_vars)
+        return dataclasses.replace(IMPLEMENTED, http_header_env_vars=env_vars)
 
 
 class Daemon:
@@ -72,7 +81,7 @@ class Daemon:
             self.sandbox, self.host_view
         )
         self.counter = LiveProcessCounter(config.process.max_total)
-        self.environment = describe_host(capabilities or IMPLEMENTED)
+        self.environment = describe_host(capabilities or config.capabilities())
         self.environment_wire = self.environment.to_wire()
         self.routes = build_routes(extra_routes)
         self.sessions = SessionRegistry(

@@ -107,6 +107,7 @@ def _route(method: str, params: type | None, handler: Callable[..., Any], **flag
 def build_routes(extra: list[Route] | None = None) -> dict[str, Route]:
     """Every routed method except the handshake, which the connection handles itself."""
     from executor.fs import fs_routes  # here, not at the top: the fs package imports ``Route``
+    from executor.http import http_routes  # likewise
 
     routes = [
         _route(methods.ENVIRONMENT_INFO, None, _environment_info),
@@ -117,6 +118,7 @@ def build_routes(extra: list[Route] | None = None) -> dict[str, Route]:
         _route(methods.PROCESS_SIGNAL, m.SignalParams, _process_signal),
         _route(methods.PROCESS_TERMINATE, m.TerminateParams, _process_terminate),
         *fs_routes(),
+        *http_routes(),
         *(extra or []),
     ]
     return {route.method: route for route in routes}

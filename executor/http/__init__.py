@@ -1,0 +1,13 @@
+"""``http/request``: HTTP(S) from the executor's host, buffered or streamed (protocol.md §5.26).
+
+``url`` parses request URLs as the reference does, ``params`` validates a request against the
+wire rules and the operator's ``policy``, ``client`` performs it (redirects, deadline) off the
+event loop, and ``handlers`` speaks JSON-RPC: answers, body deltas, per-connection streams.
+"""
+
+from __future__ import annotations
+
+from executor.http.handlers import http_routes
+from executor.http.policy import HttpPolicy
+
+__all__ = ["HttpPolicy", "http_routes"]

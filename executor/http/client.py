@@ -1,0 +1,268 @@
+"""One HTTP exchange: connect, send, follow redirects, read the body — under one deadline.
+
+The blocking work is ``http.client`` in worker threads (``asyncio.to_thread``), so the event
+loop never waits on the network. What must stop a blocked thread — the deadline, or the
+caller going away — shuts the current socket down from the loop (``abort``); the thread then
+fails at once and reports the failure the reference would. This module knows HTTP and the
+executor's policy callback, nothing of JSON-RPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+from executor.http.params import OutgoingRequest
+from executor.http.url import UnsupportedScheme, Url, UrlError
+
+__all__ = ["BodyFailure", "Exchange", "HttpFailure", "ResponseHead"]
+
+T = TypeVar("T")
+
+#: reqwest's default: ten redirects are followed; the eleventh 3xx is an error.
+MAX_REDIRECTS: Final = 10
+_REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
+#: Dropped from a redirected request that leaves the origin (scheme, host, port).
+_SENSITIVE: Final = frozenset(
+    {"authorization", "cookie", "cookie2", "proxy-authorization", "www-authenticate"}
+)
+#: Describe a body that a redirect to GET no longer has.
+_BODY_HEADERS: Final = frozenset(
+    {"content-length", "content-type", "content-encoding", "transfer-encoding"}
+)
+
+
+class HttpFailure(Exception):
+    """The request failed before a response head arrived; ``detail`` is the reference's text."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class BodyFailure(Exception):
+    """The response body could not be read to its end (cut short, bad chunking, deadline)."""
+
+    detail: Final = "error decoding response body"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseHead:
+    """Status and headers (lowercase names, wire order, duplicates kept)."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+
+
+class Exchange:
+    """One request and its response body. ``open`` once, ``read`` until b"", ``close``.
+
+    ``check_host`` vets every redirect hop (it raises to refuse one). The deadline starts at
+    ``open`` and covers everything up to the end of the body.
+    """
+
+    def __init__(
+        self,
+        request: OutgoingRequest,
+        *,
+        tls: Callable[[], ssl.SSLContext],
+        check_host: Callable[[str], None],
+    ) -> None:
+        self.request = request
+        self._tls = tls
+        self._check_host = check_host
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self._aborted = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._response: http.client.HTTPResponse | None = None
+
+    # --- the loop side ---------------------------------------------------------------------
+
+    async def open(self) -> ResponseHead:
+        """Send the request (following redirects) and return the final response's head."""
+        timeout = self.request.timeout
+        if timeout == 0:
+            # What the reference answers for a zero deadline, before any connection attempt.
+            raise HttpFailure("route-aware request timed out")
+        if timeout is not None:
+            self._timer = asyncio.get_running_loop().call_later(timeout, self.abort)
+        return await self._in_thread(self._open)
+
+    async def read(self, size: int) -> bytes:
+        """Up to ``size`` bytes of body; b"" at its end. ``BodyFailure`` if it breaks off."""
+        return await self._in_thread(self._read, size)
+
+    async def _in_thread(self, work: Callable[..., T], *args: object) -> T:
+        try:
+            return await asyncio.to_thread(work, *args)
+        except asyncio.CancelledError:
+            self.abort()  # the thread may still be blocked: make it return
+            raise
+
+    def abort(self) -> None:
+        """Stop the exchange from any thread: blocked reads and writes fail immediately."""
+        with self._lock:
+            self._aborted = True
+            if self._socket is not None:
+                _shutdown(self._socket)
+
+    def close(self) -> None:
+        """Release the deadline and the connection."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self.abort()
+        self._detach()
+
+    # --- the thread side -------------------------------------------------------------------
+
+    def _open(self) -> ResponseHead:
+        request = self.request
+        url, method, body = request.url, request.method, request.body
+        headers = list(request.headers)
+        hops = 0
+        while True:
+            response = self._send(url, method, headers, body)
+            target = self._redirect_target(url, response) if request.follow_redirects else None
+            if target is None:
+                return _head(response)
+            if hops == MAX_REDIRECTS:
+                raise HttpFailure("too many redirects")
+            hops += 1
+            self._check_host(target.host)
+            self._detach()
+            method, body, headers = _redirected(response.status, url, target, method, body, headers)
+            url = target
+
+    def _redirect_target(self, url: Url, response: http.client.HTTPResponse) -> Url | None:
+        location = response.getheader("location")
+        if response.status not in _REDIRECTS or location is None:
+            return None
+        try:
+            target = url.join(location.encode("latin-1").decode("utf-8", "replace"))
+        except UnsupportedScheme as exc:
+            raise HttpFailure(
+                f"redirect target uses unsupported URL scheme: {exc.scheme}"
+            ) from None
+        except UrlError:
+            return None  # an unusable Location: the 3xx itself is the answer, as in the reference
+        return target
+
+    def _send(
+        self, url: Url, method: str, headers: list[tuple[str, bytes]], body: bytes
+    ) -> http.client.HTTPResponse:
+        failure = HttpFailure(f"error sending request for url ({url.display()})")
+        try:
+            connection = http.client.HTTPConnection(url.hostname, url.port)
+            connection.sock = self._connect(url)
+            _write_request(connection, url, method, headers, body)
+            response = connection.getresponse()
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise failure from exc
+        self._response = response
+        if self._aborted:
+            raise failure
+        return response
+
+    def _connect(self, url: Url) -> socket.socket:
+        sock = socket.create_connection((url.hostname, url.port), timeout=self.request.timeout)
+        sock.settimeout(None)  # the deadline is enforced by abort(), over the whole exchange
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if url.scheme == "https":
+            # The handshake happens after the socket is registered, so abort() reaches it too.
+            sock = self._tls().wrap_socket(
+                sock, server_hostname=url.hostname, do_handshake_on_connect=False
+            )
+        with self._lock:
+            self._socket = sock
+            if self._aborted:
+                _shutdown(sock)
+        if isinstance(sock, ssl.SSLSocket):
+            sock.do_handshake()
+        return sock
+
+    def _detach(self) -> None:
+        """Drop the current response and its connection (a followed redirect, or the end)."""
+        with self._lock:
+            sock, self._socket = self._socket, None
+            response, self._response = self._response, None
+        if response is not None:
+            response.close()  # the socket's file object: the descriptor closes with both gone
+        if sock is not None:
+            sock.close()
+
+    def _read(self, size: int) -> bytes:
+        response = self._response
+        if response is None:
+            return b""
+        try:
+            data = response.read1(size)
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise BodyFailure from exc
+        if self._aborted:
+            raise BodyFailure
+        if not data and response.length:  # the peer closed before Content-Length was reached
+            raise BodyFailure
+        return data
+
+
+def _write_request(
+    connection: http.client.HTTPConnection,
+    url: Url,
+    method: str,
+    headers: list[tuple[str, bytes]],
+    body: bytes,
+) -> None:
+    """Send the head in the reference's order: the caller's headers, then the defaults."""
+    connection.putrequest(method, url.target, skip_host=True, skip_accept_encoding=True)
+    names = {name for name, _ in headers}
+    for name, value in headers:
+        connection.putheader(name, value)
+    if "accept" not in names:
+        connection.putheader("accept", "*/*")
+    if "host" not in names:
+        connection.putheader("host", url.authority)
+    if body and "content-length" not in names and "transfer-encoding" not in names:
+        connection.putheader("content-length", str(len(body)))
+    connection.endheaders(body or None)
+
+
+def _redirected(
+    status: int,
+    previous: Url,
+    target: Url,
+    method: str,
+    body: bytes,
+    headers: list[tuple[str, bytes]],
+) -> tuple[str, bytes, list[tuple[str, bytes]]]:
+    """Method, body and headers of the next hop (reqwest's rules, which browsers share)."""
+    if (status == 303 and method != "HEAD") or (status in (301, 302) and method == "POST"):
+        method, body = "GET", b""
+        headers = [(n, v) for n, v in headers if n not in _BODY_HEADERS]
+    if target.origin() != previous.origin():
+        headers = [(n, v) for n, v in headers if n not in _SENSITIVE]
+    headers = [(n, v) for n, v in headers if n != "referer"]
+    if not (previous.scheme == "https" and target.scheme == "http"):
+        headers.append(("referer", previous.referer().encode("ascii")))
+    return method, body, headers
+
+
+def _head(response: http.client.HTTPResponse) -> ResponseHead:
+    return ResponseHead(
+        status=response.status,
+        headers=tuple((name.lower(), value) for name, value in response.getheaders()),
+    )
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        # ``socket.socket.shutdown`` even on an SSLSocket: wake the reader without TLS state.
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass

@@ -1,0 +1,197 @@
+"""The ``http/request`` route: buffered answers, streamed bodies, one stream table per connection.
+
+Buffered mode answers once the whole body is read. Streaming mode answers as soon as the
+headers are in, with an empty ``bodyBase64``; the body follows as ``http/request/bodyDelta``
+notifications from a task the connection's ``StreamTable`` owns. The answer is written before
+that task starts (``Reply.after``), so no delta can overtake it. A stream's deltas belong to
+the connection that asked — not to its session — so when the connection goes away its
+streams are cancelled and their sockets closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import ssl
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from executor.errors import InternalError, InvalidParams
+from executor.http.client import BodyFailure, Exchange, HttpFailure, ResponseHead
+from executor.http.params import HttpRequestParams, prepare
+from executor.protocol import b64codec, jsonrpc, methods
+from executor.protocol.messages import b64
+from executor.router import Reply, Route
+
+if TYPE_CHECKING:
+    from executor.router import RequestContext
+    from executor.session import Attachment
+
+__all__ = ["DELTA_BYTES", "StreamTable", "http_routes"]
+
+#: Largest decoded body delta (protocol.md §9).
+DELTA_BYTES: Final = 1024 * 1024
+_SCOPE_KEY: Final = "executor.http.streams"
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The system's trust store (``SSL_CERT_FILE``/``SSL_CERT_DIR`` honoured), built once."""
+    return ssl.create_default_context()
+
+
+class StreamTable:
+    """The streaming requests of one connection, by ``requestId``, and the tasks pumping them."""
+
+    def __init__(self) -> None:
+        self._active: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def reserve(self, request_id: str) -> None:
+        """Claim ``request_id`` until its final delta is sent (or the request fails)."""
+        if request_id in self._active:
+            raise InvalidParams(
+                f"http/request streamResponse requestId `{request_id}` is already active"
+            )
+        self._active.add(request_id)
+
+    def release(self, request_id: str) -> None:
+        """Free ``request_id`` for a new stream."""
+        self._active.discard(request_id)
+
+    def start(self, request_id: str, exchange: Exchange, client: Attachment) -> None:
+        """Pump the body of ``exchange`` to ``client`` (called once the answer is written)."""
+        if self._closed:
+            exchange.close()
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._pump(request_id, exchange, client), name=f"http/request {request_id}"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _pump(self, request_id: str, exchange: Exchange, client: Attachment) -> None:
+        seq, error = 0, None
+        try:
+            while data := await exchange.read(DELTA_BYTES):
+                seq += 1
+                client.notify(methods.HTTP_BODY_DELTA, _delta(request_id, seq, data, None))
+                await _drained(client)
+        except BodyFailure as exc:
+            error = exc.detail
+        finally:
+            exchange.close()
+            # Free the id first: a client reacting to the final delta may reuse it at once.
+            self.release(request_id)
+        client.notify(methods.HTTP_BODY_DELTA, _delta(request_id, seq + 1, b"", error))
+
+    def close(self) -> None:
+        """The connection ended: stop every stream (their sockets close as the tasks unwind)."""
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+
+
+async def _drained(client: Attachment) -> None:
+    """Wait while the client's write buffer is over its mark (a slow reader slows the body)."""
+    if client.congested:
+        drained: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not drained.done():
+                drained.set_result(None)
+
+        client.on_drain(wake)
+        await drained
+
+
+def _delta(request_id: str, seq: int, data: bytes, error: str | None) -> dict[str, Any]:
+    return {
+        "requestId": request_id,
+        "seq": seq,
+        "deltaBase64": b64(data),
+        "done": not data,
+        "error": error,
+    }
+
+
+def _header_list(head: ResponseHead) -> list[dict[str, str]]:
+    return [{"name": name, "value": value} for name, value in head.headers]
+
+
+def _head_json(head: ResponseHead) -> bytes:
+    """``{"status":…,"headers":[…],"bodyBase64":"`` — the answer up to the body text."""
+    wire = jsonrpc.dumps({"status": head.status, "headers": _header_list(head)})
+    return wire[:-1] + b',"bodyBase64":"'
+
+
+def _streams(ctx: RequestContext) -> StreamTable:
+    scope = ctx.connection_scope()
+    table = scope.get(_SCOPE_KEY)
+    if table is None:
+        table = scope[_SCOPE_KEY] = StreamTable()
+    assert isinstance(table, StreamTable)
+    return table
+
+
+async def _open(exchange: Exchange) -> ResponseHead:
+    try:
+        return await exchange.open()
+    except HttpFailure as exc:
+        raise InternalError(f"http/request failed: {exc.detail}") from exc
+
+
+async def _read_all(exchange: Exchange, limit: int) -> bytearray:
+    body = bytearray()
+    try:
+        while data := await exchange.read(DELTA_BYTES):
+            body += data
+            if len(body) > limit:
+                raise InternalError(
+                    f"http/request failed: response body exceeds {limit} bytes; use streamResponse"
+                )
+    except BodyFailure as exc:
+        raise InternalError(f"failed to read http/request response body: {exc.detail}") from exc
+    return body
+
+
+async def http_request(ctx: RequestContext, params: HttpRequestParams) -> Any:
+    """``http/request``: validate, send, then answer buffered or start a stream."""
+    policy = ctx.daemon.config.http
+    if not policy.enabled:
+        raise InvalidParams("http/request is disabled on this executor")
+    if not params.stream_response:
+        request = prepare(params, policy, os.environ)
+        exchange = Exchange(request, tls=_tls_context, check_host=policy.check_host)
+        try:
+            head = await _open(exchange)
+            body = await _read_all(exchange, policy.max_buffered_bytes)
+        finally:
+            exchange.close()
+        return jsonrpc.Spliced((_head_json(head), b64codec.encode(body), b'"}'))
+    streams = _streams(ctx)
+    streams.reserve(params.request_id)  # before validation, as the reference checks it first
+    try:
+        request = prepare(params, policy, os.environ)
+        exchange = Exchange(request, tls=_tls_context, check_host=policy.check_host)
+        try:
+            head = await _open(exchange)
+        except BaseException:
+            exchange.close()
+            raise
+    except BaseException:
+        streams.release(params.request_id)
+        raise
+    # The connection is its session's Attachment; deltas go to it, never to a later one.
+    client = cast("Attachment", ctx)
+    result = {"status": head.status, "headers": _header_list(head), "bodyBase64": ""}
+    return Reply(
+        result,
+        functools.partial(streams.start, params.request_id, exchange, client),
+    )
+
+
+def http_routes() -> list[Route]:
+    """The ``http/request`` route (its policy is read from the daemon's config per request)."""
+    return [Route(methods.HTTP_REQUEST, HttpRequestParams, http_request, True)]

@@ -1,0 +1,110 @@
+"""http/request never blocks the connection, and speaks HTTPS with the system trust store."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.http.helpers import body, request
+from tests.http.servers import HttpServer, serve
+from tests.support.client import WsClient
+from tests.support.daemon import RunningDaemon
+
+
+def test_slow_request_blocks_nothing(client: WsClient, server: HttpServer) -> None:
+    """While one request waits on a stalled server, others (and process/*) are answered."""
+    request_id = client.next_id()
+    client.send(
+        {
+            "id": request_id,
+            "method": "http/request",
+            "params": {"method": "GET", "url": server.url("/stall/1.5"), "requestId": "a"},
+        }
+    )
+    started = time.monotonic()
+    assert request(client, server.url("/echo"), requestId="b")["status"] == 200
+    _, events = client.run("p", ["/bin/echo", "hi"])
+    assert events[-1]["method"] == "process/closed"
+    assert time.monotonic() - started < 1.0
+    assert client.response(request_id)["result"]["status"] == 200
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[HttpServer, Path]]:
+    """An HTTPS server with a certificate for 127.0.0.1 from a throwaway CA."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
+
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=executor test CA",
+    )
+    run(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "srv.key",
+        "-out",
+        "srv.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    )
+    (tmp_path / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    run(
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext.cnf",
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "srv.pem", tmp_path / "srv.key")
+    with serve(context) as server:
+        yield server, tmp_path / "ca.pem"
+
+
+def test_https_with_a_trusted_ca(
+    daemon_factory: type[RunningDaemon], tls_server: tuple[HttpServer, Path]
+) -> None:
+    """A CA trusted through SSL_CERT_FILE verifies; without it the request fails."""
+    server, ca = tls_server
+    trusting = daemon_factory(env={"SSL_CERT_FILE": str(ca)})
+    with trusting.session() as client:
+        echo = json.loads(body(request(client, server.url("/echo"))))
+    assert echo["method"] == "GET"
+    distrusting = daemon_factory(unset=["SSL_CERT_FILE"])
+    with distrusting.session() as client, pytest.raises(Exception, match="error sending request"):
+        request(client, server.url("/echo"))
