@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from executor.spawn.spawner import native_launcher
 from tests.support.enforcement import skip_unless
@@ -123,3 +125,44 @@ def test_it_explains_itself_when_run_by_hand(program: Path) -> None:
     result = subprocess.run([str(program)], capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert "started by the daemon" in result.stderr
+
+
+_SAFE_PROGRAMS = (b"/bin/true", b"/nonexistent/program", b"relative", b"")
+
+
+def _would_run(payload: bytes) -> bytes | None:
+    """The program a payload would start if the launcher accepted it (the fields' third)."""
+    fields = payload.split(b"\0")
+    return fields[2] if len(fields) > 3 else None
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    payload=st.one_of(
+        st.binary(max_size=64),
+        st.lists(
+            st.sampled_from([b"0", b"1", b"/", b"2", b"-1", b"9" * 30, b"A=B", b"", b"x" * 300]),
+            max_size=8,
+        ).map(lambda fields: b"\0".join(fields)),
+        st.tuples(
+            st.sampled_from(_SAFE_PROGRAMS),
+            st.lists(
+                st.binary(min_size=1, max_size=8).filter(lambda b: b"\0" not in b), max_size=4
+            ),
+        ).map(
+            lambda t: (
+                b"\0".join([b"0", b"/", t[0], str(len(t[1]) + 1).encode(), b"x", *t[1]]) + b"\0"
+            )
+        ),
+    )
+)
+def test_any_request_gets_one_answer_and_the_launcher_lives_on(
+    control: socket.socket, payload: bytes
+) -> None:
+    assume(_would_run(payload) in (None, *_SAFE_PROGRAMS))  # never start anything else
+    lines = status_lines(payload, control)
+    assert lines, "no answer on the status pipe"
+    assert lines[0].split(" ", 1)[0] in ("S", "E")
+    assert status_lines(request("/bin/true"), control)[-1] == "X 0"
