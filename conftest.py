@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.support.client import WsClient
 from tests.support.daemon import RunningDaemon
@@ -20,6 +21,13 @@ if TEST_PLUGINS.is_dir():
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(TEST_PLUGINS), os.environ.get("PYTHONPATH")])
     )
+
+# Hypothesis draws fresh examples on every developer run, which is how it keeps finding new
+# cases. On CI (`.ci/run` sets HYPOTHESIS_PROFILE=ci) the examples are derandomized, so a
+# change lands or not on its own merits, never on a lucky draw; a failure found locally
+# becomes an @example in its test.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @pytest.fixture(scope="session")
