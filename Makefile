@@ -40,8 +40,8 @@ $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml $(shell find tests/th
 	touch $@
 
 lint: setup-test
-	$(BIN)/ruff check executor plugins tests bench scripts setup.py
-	$(BIN)/ruff format --check executor plugins tests bench scripts setup.py
+	$(BIN)/ruff check executor plugins tests bench scripts setup.py conftest.py
+	$(BIN)/ruff format --check executor plugins tests bench scripts setup.py conftest.py
 
 typecheck: setup-test
 	$(BIN)/mypy

@@ -200,7 +200,8 @@ class BenchClient(asyncio.Protocol):
     def _on_message(self, message: dict[str, Any]) -> None:
         if "method" in message:
             params = message.get("params") or {}
-            listener = self.listeners.get(str(params.get("processId")))
+            key = params.get("processId", params.get("requestId"))
+            listener = self.listeners.get(str(key))
             if listener is not None:
                 listener(message)
             else:

@@ -1,6 +1,6 @@
 """One HTTP exchange: connect, send, follow redirects, read the body — under one deadline.
 
-The blocking work is ``http.client`` in worker threads (``asyncio.to_thread``), so the event
+The blocking work is ``http.client`` in worker threads (a pool of their own), so the event
 loop never waits on the network. What must stop a blocked thread — the deadline, or the
 caller going away — shuts the current socket down from the loop (``abort``); the thread then
 fails at once and reports the failure the reference would. This module knows HTTP and the
@@ -10,6 +10,8 @@ executor's policy callback, nothing of JSON-RPC.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import http.client
 import socket
 import ssl
@@ -21,7 +23,7 @@ from typing import Final, TypeVar
 from executor.http.params import OutgoingRequest
 from executor.http.url import UnsupportedScheme, Url, UrlError
 
-__all__ = ["BodyFailure", "Exchange", "HttpFailure", "ResponseHead"]
+__all__ = ["MAX_WORKERS", "BodyFailure", "BodyTooLarge", "Exchange", "HttpFailure", "ResponseHead"]
 
 T = TypeVar("T")
 
@@ -50,6 +52,25 @@ class BodyFailure(Exception):
     """The response body could not be read to its end (cut short, bad chunking, deadline)."""
 
     detail: Final = "error decoding response body"
+
+
+class BodyTooLarge(Exception):
+    """A buffered body outgrew its limit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+
+#: Most exchanges blocked in the network at once. Their own pool, not the loop's default
+#: executor: a slow server or a long stream holds a thread, and must never hold up the
+#: filesystem methods or the stdio transport, which use the default one.
+MAX_WORKERS: Final = 64
+
+
+@functools.cache
+def _workers() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(MAX_WORKERS, thread_name_prefix="http-request")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,9 +120,21 @@ class Exchange:
         """Up to ``size`` bytes of body; b"" at its end. ``BodyFailure`` if it breaks off."""
         return await self._in_thread(self._read, size)
 
+    async def fetch(self, limit: int) -> tuple[ResponseHead, bytes]:
+        """``open`` and the whole body in one trip to a worker thread (buffered mode).
+
+        ``BodyTooLarge`` past ``limit`` bytes; ``HttpFailure``/``BodyFailure`` as above.
+        """
+        if self.request.timeout == 0:
+            raise HttpFailure("route-aware request timed out")
+        if self.request.timeout is not None:
+            self._timer = asyncio.get_running_loop().call_later(self.request.timeout, self.abort)
+        return await self._in_thread(self._fetch, limit)
+
     async def _in_thread(self, work: Callable[..., T], *args: object) -> T:
+        loop = asyncio.get_running_loop()
         try:
-            return await asyncio.to_thread(work, *args)
+            return await loop.run_in_executor(_workers(), functools.partial(work, *args))
         except asyncio.CancelledError:
             self.abort()  # the thread may still be blocked: make it return
             raise
@@ -196,6 +229,15 @@ class Exchange:
             response.close()  # the socket's file object: the descriptor closes with both gone
         if sock is not None:
             sock.close()
+
+    def _fetch(self, limit: int) -> tuple[ResponseHead, bytes]:
+        head = self._open()
+        body = bytearray()
+        while data := self._read(1 << 20):
+            body += data
+            if len(body) > limit:
+                raise BodyTooLarge(limit)
+        return head, bytes(body)
 
     def _read(self, size: int) -> bytes:
         response = self._response

@@ -17,7 +17,7 @@ import ssl
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from executor.errors import InternalError, InvalidParams
-from executor.http.client import BodyFailure, Exchange, HttpFailure, ResponseHead
+from executor.http.client import BodyFailure, BodyTooLarge, Exchange, HttpFailure, ResponseHead
 from executor.http.params import HttpRequestParams, prepare
 from executor.protocol import b64codec, jsonrpc, methods
 from executor.protocol.messages import b64
@@ -142,18 +142,17 @@ async def _open(exchange: Exchange) -> ResponseHead:
         raise InternalError(f"http/request failed: {exc.detail}") from exc
 
 
-async def _read_all(exchange: Exchange, limit: int) -> bytearray:
-    body = bytearray()
+async def _fetch(exchange: Exchange, limit: int) -> tuple[ResponseHead, bytes]:
     try:
-        while data := await exchange.read(DELTA_BYTES):
-            body += data
-            if len(body) > limit:
-                raise InternalError(
-                    f"http/request failed: response body exceeds {limit} bytes; use streamResponse"
-                )
+        return await exchange.fetch(limit)
+    except HttpFailure as exc:
+        raise InternalError(f"http/request failed: {exc.detail}") from exc
     except BodyFailure as exc:
         raise InternalError(f"failed to read http/request response body: {exc.detail}") from exc
-    return body
+    except BodyTooLarge as exc:
+        raise InternalError(
+            f"http/request failed: response body exceeds {exc.limit} bytes; use streamResponse"
+        ) from exc
 
 
 async def http_request(ctx: RequestContext, params: HttpRequestParams) -> Any:
@@ -165,8 +164,7 @@ async def http_request(ctx: RequestContext, params: HttpRequestParams) -> Any:
         request = prepare(params, policy, os.environ)
         exchange = Exchange(request, tls=_tls_context, check_host=policy.check_host)
         try:
-            head = await _open(exchange)
-            body = await _read_all(exchange, policy.max_buffered_bytes)
+            head, body = await _fetch(exchange, policy.max_buffered_bytes)
         finally:
             exchange.close()
         return jsonrpc.Spliced((_head_json(head), b64codec.encode(body), b'"}'))

@@ -108,3 +108,24 @@ def test_https_with_a_trusted_ca(
     distrusting = daemon_factory(unset=["SSL_CERT_FILE"])
     with distrusting.session() as client, pytest.raises(Exception, match="error sending request"):
         request(client, server.url("/echo"))
+
+
+def test_many_stalled_requests_leave_the_filesystem_methods_alone(
+    client: WsClient, server: HttpServer, tmp_path: Path
+) -> None:
+    """Requests blocked on a slow server hold threads of their own pool, not the one the
+    fs/* methods use: more of them than that pool has threads cannot stall an fs call."""
+    (tmp_path / "f.txt").write_text("still answered")
+    stalled = []
+    for index in range(12):
+        request_id = client.next_id()
+        params = {"method": "GET", "url": server.url("/stall/2"), "requestId": f"s{index}"}
+        client.send({"id": request_id, "method": "http/request", "params": params})
+        stalled.append(request_id)
+    time.sleep(0.2)  # let them all reach the server
+    started = time.monotonic()
+    answer = client.request("fs/readFile", {"path": f"file://{tmp_path}/f.txt"})
+    assert time.monotonic() - started < 1.0
+    assert answer["dataBase64"] == "c3RpbGwgYW5zd2VyZWQ="
+    for request_id in stalled:
+        assert client.response(request_id, timeout=20)["result"]["status"] == 200
