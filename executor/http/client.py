@@ -16,6 +16,7 @@ import http.client
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeVar
@@ -54,6 +55,10 @@ class BodyFailure(Exception):
     detail: Final = "error decoding response body"
 
 
+class _StaleConnection(Exception):
+    """A connection was closed by its peer before any of the response arrived."""
+
+
 class BodyTooLarge(Exception):
     """A buffered body outgrew its limit."""
 
@@ -71,6 +76,54 @@ MAX_WORKERS: Final = 64
 @functools.cache
 def _workers() -> concurrent.futures.ThreadPoolExecutor:
     return concurrent.futures.ThreadPoolExecutor(MAX_WORKERS, thread_name_prefix="http-request")
+
+
+#: Idle keep-alive connections kept per origin, and for how long (reqwest keeps them 90 s;
+#: shorter here, since most servers close idle connections after 60 s or so).
+POOL_PER_ORIGIN: Final = 8
+POOL_IDLE_SECONDS: Final = 30.0
+
+
+class ConnectionPool:
+    """Idle keep-alive connections by origin, so a client's next request skips TCP and TLS
+    set-up, as the reference's client does. A connection goes back only after its response
+    was read to the end and neither side asked to close it."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, str, int], list[tuple[float, http.client.HTTPConnection]]]
+        self._idle = {}
+        self._lock = threading.Lock()
+
+    def take(self, origin: tuple[str, str, int]) -> http.client.HTTPConnection | None:
+        """The most recently used live idle connection to ``origin``, if any."""
+        now = time.monotonic()
+        with self._lock:
+            idle = self._idle.get(origin, [])
+            while idle:
+                since, connection = idle.pop()
+                if now - since < POOL_IDLE_SECONDS:
+                    return connection
+                connection.close()
+        return None
+
+    def give(self, origin: tuple[str, str, int], connection: http.client.HTTPConnection) -> None:
+        """Keep ``connection`` for the next request to ``origin``."""
+        now = time.monotonic()
+        with self._lock:
+            for key, entries in list(self._idle.items()):  # drop what expired anywhere
+                for since, stale in [e for e in entries if now - e[0] >= POOL_IDLE_SECONDS]:
+                    entries.remove((since, stale))
+                    stale.close()
+                if not entries:
+                    del self._idle[key]
+            idle = self._idle.setdefault(origin, [])
+            idle.append((now, connection))
+            if len(idle) > POOL_PER_ORIGIN:
+                idle.pop(0)[1].close()
+
+
+#: One pool for the daemon: connections are not tied to a client or a session.
+POOL: Final = ConnectionPool()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,6 +156,10 @@ class Exchange:
         self._aborted = False
         self._timer: asyncio.TimerHandle | None = None
         self._response: http.client.HTTPResponse | None = None
+        self._connection: http.client.HTTPConnection | None = None
+        self._origin: tuple[str, str, int] | None = None
+        #: The response was read to its end on a connection both sides keep open.
+        self._reusable = False
 
     # --- the loop side ---------------------------------------------------------------------
 
@@ -147,10 +204,13 @@ class Exchange:
                 _shutdown(self._socket)
 
     def close(self) -> None:
-        """Release the deadline and the connection."""
+        """Release the deadline, and pool or close the connection."""
         if self._timer is not None:
             self._timer.cancel()
-        self.abort()
+        if not self._reusable:
+            # A worker may still be blocked on the socket (a cancelled read): wake it. A body
+            # read to its end leaves no worker behind, and the connection may serve again.
+            self.abort()
         self._detach()
 
     # --- the thread side -------------------------------------------------------------------
@@ -191,11 +251,50 @@ class Exchange:
         self, url: Url, method: str, headers: list[tuple[str, bytes]], body: bytes
     ) -> http.client.HTTPResponse:
         failure = HttpFailure(f"error sending request for url ({url.display()})")
+        self._origin = url.origin()
+        pooled = POOL.take(self._origin)
+        if pooled is not None:
+            try:
+                return self._exchange(pooled, url, method, headers, body, failure)
+            except _StaleConnection:
+                pass  # the server closed it while idle: nothing was sent, so send it afresh
         try:
             connection = http.client.HTTPConnection(url.hostname, url.port)
             connection.sock = self._connect(url)
+        except (OSError, ValueError) as exc:
+            raise failure from exc
+        try:
+            return self._exchange(connection, url, method, headers, body, failure)
+        except _StaleConnection as exc:
+            raise failure from exc.__cause__
+
+    def _exchange(
+        self,
+        connection: http.client.HTTPConnection,
+        url: Url,
+        method: str,
+        headers: list[tuple[str, bytes]],
+        body: bytes,
+        failure: HttpFailure,
+    ) -> http.client.HTTPResponse:
+        """Send on ``connection`` and read the response head.
+
+        ``_StaleConnection`` when the peer closed the connection before answering a single
+        byte (an idle pooled connection the server dropped); ``failure`` otherwise.
+        """
+        assert connection.sock is not None
+        with self._lock:
+            self._connection, self._socket = connection, connection.sock
+            if self._aborted:
+                _shutdown(connection.sock)
+        try:
             _write_request(connection, url, method, headers, body)
             response = connection.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+            connection.close()
+            if self._aborted:
+                raise failure from exc
+            raise _StaleConnection from exc
         except (OSError, http.client.HTTPException, ValueError) as exc:
             raise failure from exc
         self._response = response
@@ -221,12 +320,19 @@ class Exchange:
         return sock
 
     def _detach(self) -> None:
-        """Drop the current response and its connection (a followed redirect, or the end)."""
+        """Drop the current response, and pool or close its connection (a redirect, the end)."""
         with self._lock:
             sock, self._socket = self._socket, None
             response, self._response = self._response, None
+            connection, self._connection = self._connection, None
+            reusable, self._reusable = self._reusable and not self._aborted, False
+        if reusable and connection is not None and self._origin is not None:
+            POOL.give(self._origin, connection)
+            return
         if response is not None:
             response.close()  # the socket's file object: the descriptor closes with both gone
+        if connection is not None:
+            connection.close()
         if sock is not None:
             sock.close()
 
@@ -251,6 +357,11 @@ class Exchange:
             raise BodyFailure
         if not data and response.length:  # the peer closed before Content-Length was reached
             raise BodyFailure
+        if not data and not response.will_close:
+            # http.client sends on a connection only once its last response is closed, and
+            # read1 does not close one whose Content-Length ran out.
+            response.close()
+            self._reusable = True
         return data
 
 

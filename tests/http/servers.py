@@ -22,6 +22,8 @@ class Seen:
     path: str
     headers: list[tuple[str, str]]
     body: bytes
+    #: The client's port: the same port twice means one reused connection.
+    peer_port: int = 0
 
 
 @dataclass
@@ -46,7 +48,13 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         self.recorder.requests.append(
-            Seen(self.command, self.path, [(k.lower(), v) for k, v in self.headers.items()], body)
+            Seen(
+                self.command,
+                self.path,
+                [(k.lower(), v) for k, v in self.headers.items()],
+                body,
+                self.client_address[1],
+            )
         )
         name = self.path.split("?")[0].strip("/").split("/")[0] or "root"
         getattr(self, f"_route_{name}", self._route_missing)(body)
@@ -64,6 +72,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def _arg(self, index: int) -> str:
         return self.path.split("?")[0].strip("/").split("/")[index]
+
+    def _route_hangup(self, _body: bytes) -> None:
+        """/hangup: answer as if keeping the connection, then close it (an idle timeout)."""
+        self._reply(200, b"bye")
+        self.close_connection = True
 
     def _route_missing(self, _body: bytes) -> None:
         self._reply(404, b"missing")
