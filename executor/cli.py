@@ -35,6 +35,13 @@ def _count(text: str) -> int:
     return value
 
 
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive integer, got {text}")
+    return value
+
+
 def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser(
         "serve",
@@ -108,7 +115,8 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ws.add_argument(
         "--ws-auth",
         metavar="MODE",
-        help="authenticate upgrades: capability-token (a bearer token; see --ws-token-file)",
+        help="authenticate upgrades: capability-token (a shared bearer token) or "
+        "signed-bearer-token (an HS256 JWT)",
     )
     ws.add_argument(
         "--ws-token-file",
@@ -119,6 +127,19 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--ws-token-sha256",
         metavar="HEX",
         help="the capability token's SHA-256 in hex, instead of --ws-token-file",
+    )
+    ws.add_argument(
+        "--ws-shared-secret-file",
+        metavar="PATH",
+        help="file holding the JWT signing secret (at least 32 bytes; read at startup)",
+    )
+    ws.add_argument("--ws-issuer", metavar="ISSUER", help="required JWT `iss` claim")
+    ws.add_argument("--ws-audience", metavar="AUDIENCE", help="required JWT `aud` claim")
+    ws.add_argument(
+        "--ws-max-clock-skew-seconds",
+        type=_non_negative,
+        metavar="SECONDS",
+        help="leeway for the JWT's exp and nbf (default: 30)",
     )
     _add_http(serve)
 
@@ -241,13 +262,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _serve(args: argparse.Namespace) -> int:
     from executor.serve import parse_listen, serve
-    from executor.transports.auth import from_flags
+    from executor.transports.auth import AuthFlags, from_flags
 
     configure_logging(args.log_level, args.log_format)
     address = parse_listen(args.listen)
-    auth = from_flags(
-        args.ws_auth, args.ws_token_file, args.ws_token_sha256, stdio=address.kind == "stdio"
+    flags = AuthFlags(
+        mode=args.ws_auth,
+        token_file=args.ws_token_file,
+        token_sha256=args.ws_token_sha256,
+        shared_secret_file=args.ws_shared_secret_file,
+        issuer=args.ws_issuer,
+        audience=args.ws_audience,
+        max_clock_skew=args.ws_max_clock_skew_seconds,
     )
+    auth = from_flags(flags, stdio=address.kind == "stdio")
     if args.state_dir:
         os.environ["EXECUTOR_STATE_DIR"] = os.path.realpath(args.state_dir)
     config = DaemonConfig(

@@ -1,4 +1,4 @@
-"""WebSocket authentication with a capability token (``--ws-auth capability-token``).
+"""WebSocket authentication: ``--ws-auth capability-token`` and ``signed-bearer-token``.
 
 The answers, their texts and their order are the reference's (v0.169.0): a missing or wrong
 bearer token gets 401 with a one-line ``text/plain`` reason, a request that is not a valid
@@ -19,6 +19,7 @@ from executor.transports.auth import (
     INVALID_HEADER,
     INVALID_TOKEN,
     MISSING,
+    AuthFlags,
     CapabilityToken,
     from_flags,
 )
@@ -81,41 +82,77 @@ def test_a_token_file_and_its_digest_accept_the_same_token(token_file: Path) -> 
     assert from_file == CapabilityToken.from_sha256(GOOD.upper())
 
 
+SECRET_FILE = "/nonexistent/secret"
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        ((None, None, None), None),
-        (("capability-token", None, None), "`--ws-token-file` or `--ws-token-sha256` is required"),
-        ((None, "/some/file", None), "websocket auth flags require `--ws-auth capability-token`"),
-        ((None, None, GOOD), "websocket auth flags require `--ws-auth capability-token`"),
-        (("capability-token", "/f", GOOD), "are mutually exclusive"),
-        (("capability-token", None, "abcd"), "must be a 64-character hex SHA-256 digest"),
-        (("capability-token", None, "z" * 64), "must be a 64-character hex SHA-256 digest"),
-        (("capability-token", "/nonexistent/token", None), "failed to read websocket auth"),
-        (("signed-bearer-token", None, None), "not supported by this executor"),
-        (("basic", None, None), "not supported by this executor"),
+        (AuthFlags(), None),
+        (AuthFlags(mode="capability-token"), "`--ws-token-file` or `--ws-token-sha256` is req"),
+        (AuthFlags(token_file="/f"), "websocket auth flags require `--ws-auth capability-token`"),
+        (AuthFlags(token_sha256=GOOD), "require `--ws-auth capability-token` or `--ws-auth sig"),
+        (AuthFlags(issuer="i"), "require `--ws-auth capability-token` or `--ws-auth signed"),
+        (
+            AuthFlags(mode="capability-token", token_file="/f", token_sha256=GOOD),
+            "are mutually exclusive",
+        ),
+        (
+            AuthFlags(mode="capability-token", token_sha256="abcd"),
+            "must be a 64-character hex SHA-256 digest",
+        ),
+        (
+            AuthFlags(mode="capability-token", token_sha256="z" * 64),
+            "must be a 64-character hex SHA-256 digest",
+        ),
+        (
+            AuthFlags(mode="capability-token", token_file="/nonexistent/token"),
+            "failed to read websocket auth secret /nonexistent/token",
+        ),
+        (
+            AuthFlags(mode="capability-token", token_sha256=GOOD, audience="a"),
+            "`--ws-audience`, and `--ws-max-clock-skew-seconds` require `--ws-auth signed-bearer",
+        ),
+        (
+            AuthFlags(mode="signed-bearer-token"),
+            "`--ws-shared-secret-file` is required when `--ws-auth signed-bearer-token` is set",
+        ),
+        (
+            AuthFlags(mode="signed-bearer-token", shared_secret_file="/s", token_sha256=GOOD),
+            "require `--ws-auth capability-token`, not `signed-bearer-token`",
+        ),
+        (
+            AuthFlags(mode="signed-bearer-token", shared_secret_file=SECRET_FILE),
+            f"failed to read websocket auth secret {SECRET_FILE}",
+        ),
+        (AuthFlags(mode="basic"), "unknown --ws-auth mode 'basic'"),
     ],
     ids=[
         "off",
         "no-secret",
         "file-without-mode",
         "digest-without-mode",
+        "jwt-flag-without-mode",
         "both-secrets",
         "short-digest",
         "non-hex-digest",
         "unreadable-file",
-        "jwt-mode",
+        "jwt-flag-with-capability-mode",
+        "jwt-without-secret",
+        "token-flag-with-jwt-mode",
+        "unreadable-shared-secret",
         "unknown-mode",
     ],
 )
 def test_flag_combinations_are_checked_before_listening(
-    flags: tuple[str | None, str | None, str | None], message: str | None
+    flags: AuthFlags, message: str | None
 ) -> None:
     if message is None:
-        assert from_flags(*flags, stdio=False) is None
+        assert from_flags(flags, stdio=False) is None
         return
-    with pytest.raises(ConfigError, match=message.replace("`", ".")):
-        from_flags(*flags, stdio=False)
+    with pytest.raises(ConfigError) as refused:
+        from_flags(flags, stdio=False)
+    assert message in refused.value.message
 
 
 def test_an_empty_token_file_is_refused(tmp_path: Path) -> None:
@@ -127,7 +164,7 @@ def test_an_empty_token_file_is_refused(tmp_path: Path) -> None:
 
 def test_auth_needs_a_websocket_listener(token_file: Path) -> None:
     with pytest.raises(ConfigError, match="requires a WebSocket listener, not stdio"):
-        from_flags("capability-token", str(token_file), None, stdio=True)
+        from_flags(AuthFlags(mode="capability-token", token_file=str(token_file)), stdio=True)
 
 
 # --- routing ------------------------------------------------------------------------------

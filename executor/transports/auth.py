@@ -1,32 +1,95 @@
-"""WebSocket authentication: the reference's ``capability-token`` mode (pure).
+"""WebSocket authentication: the reference's two ``--ws-auth`` modes (pure).
 
-With ``--ws-auth capability-token`` the upgrade request must carry
-``Authorization: Bearer <token>``. The daemon knows only the token's SHA-256 — read from a
-file at startup (``--ws-token-file``, surrounding whitespace trimmed, never re-read) or given
-as hex (``--ws-token-sha256``) — and compares digests in constant time. Answers and their
-order follow the reference (observed on v0.169.0): the scheme is case-insensitive, only the
-first ``Authorization`` header counts, and a failure is a 401 whose ``text/plain`` body says
-which of three things went wrong. ``/readyz`` stays open.
+The upgrade request must carry ``Authorization: Bearer <token>``; what the token must be
+depends on the mode:
+
+* ``capability-token``: a shared secret. The daemon knows only its SHA-256 — read from a
+  file at startup (``--ws-token-file``, surrounding whitespace trimmed, never re-read) or
+  given as hex (``--ws-token-sha256``) — and compares digests in constant time.
+* ``signed-bearer-token``: a JWT signed with HS256 under the secret in
+  ``--ws-shared-secret-file`` (trimmed, at least 32 bytes). ``exp`` is required, ``nbf`` is
+  honoured, both with ``--ws-max-clock-skew-seconds`` of leeway (default 30); ``iss`` and
+  ``aud`` must match ``--ws-issuer`` / ``--ws-audience`` when those are given.
+
+Answers and their order follow the reference (observed on v0.169.0): the scheme is
+case-insensitive, only the first ``Authorization`` header counts, and a failure is a 401
+whose ``text/plain`` body names what went wrong. ``/readyz`` stays open.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
+import json
 import re
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, Protocol
 
 from executor.errors import ConfigError
 
-__all__ = ["INVALID_HEADER", "INVALID_TOKEN", "MISSING", "CapabilityToken", "from_flags"]
+__all__ = [
+    "DEFAULT_MAX_CLOCK_SKEW",
+    "EXPIRED_JWT",
+    "IMMATURE_JWT",
+    "INVALID_HEADER",
+    "INVALID_JWT",
+    "INVALID_TOKEN",
+    "MISSING",
+    "WRONG_AUDIENCE",
+    "WRONG_ISSUER",
+    "AuthFlags",
+    "Authenticator",
+    "CapabilityToken",
+    "SignedBearerToken",
+    "from_flags",
+]
 
 MISSING: Final = "missing websocket bearer token"
 INVALID_HEADER: Final = "invalid authorization header"
 INVALID_TOKEN: Final = "invalid websocket bearer token"
+INVALID_JWT: Final = "invalid websocket jwt"
+EXPIRED_JWT: Final = "expired websocket jwt"
+IMMATURE_JWT: Final = "websocket jwt is not valid yet"
+WRONG_ISSUER: Final = "websocket jwt issuer mismatch"
+WRONG_AUDIENCE: Final = "websocket jwt audience mismatch"
 
+DEFAULT_MAX_CLOCK_SKEW: Final = 30
+_MIN_SHARED_SECRET: Final = 32
 _HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
+class Authenticator(Protocol):
+    """Decides whether an upgrade request may become a connection."""
+
+    def refusal(self, authorization: str | None) -> str | None:
+        """Why the upgrade is refused (the 401 body), or None to accept it."""
+
+
+def _bearer(authorization: str | None) -> tuple[str | None, str | None]:
+    """``(token, None)``, or ``(None, refusal)`` when there is no usable bearer token."""
+    if authorization is None:
+        return None, MISSING
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None, INVALID_HEADER
+    return token, None
+
+
+def _read_secret(path: str) -> bytes:
+    try:
+        secret = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError(f"failed to read websocket auth secret {path}: {exc.strerror}") from None
+    if not secret:
+        raise ConfigError(f"websocket auth secret {path} must not be empty")
+    return secret
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,15 +101,7 @@ class CapabilityToken:
     @classmethod
     def from_file(cls, path: str) -> CapabilityToken:
         """The token in ``path`` (read now, whitespace trimmed; an empty one is refused)."""
-        try:
-            token = Path(path).read_bytes().strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"failed to read websocket auth secret {path}: {exc.strerror}"
-            ) from None
-        if not token:
-            raise ConfigError(f"websocket auth secret {path} must not be empty")
-        return cls(hashlib.sha256(token).digest())
+        return cls(hashlib.sha256(_read_secret(path)).digest())
 
     @classmethod
     def from_sha256(cls, hex_digest: str) -> CapabilityToken:
@@ -57,37 +112,181 @@ class CapabilityToken:
 
     def refusal(self, authorization: str | None) -> str | None:
         """Why the upgrade is refused (the 401 body), or None when the token is right."""
-        if authorization is None:
-            return MISSING
-        scheme, _, token = authorization.strip().partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
-            return INVALID_HEADER
+        token, refused = _bearer(authorization)
+        if token is None:
+            return refused
         presented = hashlib.sha256(token.encode("latin-1")).digest()
         return None if hmac.compare_digest(presented, self.digest) else INVALID_TOKEN
 
 
-def from_flags(
-    mode: str | None, token_file: str | None, token_sha256: str | None, *, stdio: bool
-) -> CapabilityToken | None:
+@dataclass(frozen=True, slots=True)
+class SignedBearerToken:
+    """Accepts an unexpired HS256 JWT signed with ``secret`` (and naming ``issuer`` and
+    ``audience`` when those are set)."""
+
+    secret: bytes
+    issuer: str | None = None
+    audience: str | None = None
+    max_clock_skew: int = DEFAULT_MAX_CLOCK_SKEW
+    clock: Callable[[], float] = field(default=time.time, compare=False)
+
+    @classmethod
+    def from_file(cls, path: str, **options: Any) -> SignedBearerToken:
+        """The shared secret in ``path`` (trimmed; at least 32 bytes, as the reference)."""
+        secret = _read_secret(path)
+        if len(secret) < _MIN_SHARED_SECRET:
+            raise ConfigError(
+                f"signed websocket bearer secret {path} must be at least {_MIN_SHARED_SECRET} bytes"
+            )
+        return cls(secret, **options)
+
+    def refusal(self, authorization: str | None) -> str | None:
+        """Why the upgrade is refused (the 401 body), or None when the JWT is acceptable."""
+        token, refused = _bearer(authorization)
+        if token is None:
+            return refused
+        claims = self._verified_claims(token)
+        if claims is None:
+            return INVALID_JWT
+        now = int(self.clock())
+        if claims["exp"] < now - self.max_clock_skew:
+            return EXPIRED_JWT
+        if "nbf" in claims and claims["nbf"] > now + self.max_clock_skew:
+            return IMMATURE_JWT
+        if self.issuer is not None and claims.get("iss") != self.issuer:
+            return WRONG_ISSUER
+        if self.audience is not None:
+            audience = claims.get("aud")
+            named = [audience] if isinstance(audience, str) else audience or []
+            if self.audience not in named:
+                return WRONG_AUDIENCE
+        return None
+
+    def _verified_claims(self, token: str) -> dict[str, Any] | None:
+        """The claims of a well-formed, HS256-signed token with valid claim types; else None."""
+        parts = token.split(".")
+        if len(parts) != 3 or not all(_BASE64URL.fullmatch(part) for part in parts):
+            return None
+        header, claims = _json_object(parts[0]), _json_object(parts[1])
+        if header is None or claims is None or header.get("alg") != "HS256":
+            return None
+        signed = f"{parts[0]}.{parts[1]}".encode("ascii")
+        expected = hmac.new(self.secret, signed, hashlib.sha256).digest()
+        signature = _unbase64url(parts[2])
+        if signature is None or not hmac.compare_digest(signature, expected):
+            return None
+        return claims if _claim_types_valid(claims) else None
+
+
+def _unbase64url(text: str) -> bytes | None:
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    raw = _unbase64url(text)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _is_timestamp(value: object) -> bool:
+    # Whole seconds only: the reference refuses 1.5 and "1" (and so does this).
+    return type(value) is int and value >= 0
+
+
+def _claim_types_valid(claims: dict[str, Any]) -> bool:
+    if not _is_timestamp(claims.get("exp")):
+        return False
+    if "nbf" in claims and not _is_timestamp(claims["nbf"]):
+        return False
+    if "iss" in claims and not isinstance(claims["iss"], str):
+        return False
+    audience = claims.get("aud")
+    return (
+        audience is None
+        or isinstance(audience, str)
+        or (isinstance(audience, list) and all(isinstance(item, str) for item in audience))
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthFlags:
+    """The ``--ws-*`` flags of ``executor serve`` as given (None: not given)."""
+
+    mode: str | None = None
+    token_file: str | None = None
+    token_sha256: str | None = None
+    shared_secret_file: str | None = None
+    issuer: str | None = None
+    audience: str | None = None
+    max_clock_skew: int | None = None
+
+    def token_flags(self) -> bool:
+        return self.token_file is not None or self.token_sha256 is not None
+
+    def jwt_flags(self) -> bool:
+        return any(
+            value is not None
+            for value in (self.shared_secret_file, self.issuer, self.audience, self.max_clock_skew)
+        )
+
+
+def from_flags(flags: AuthFlags, *, stdio: bool) -> Authenticator | None:
     """The authenticator the ``--ws-*`` flags ask for, with the reference's refusals."""
-    if mode is None:
-        if token_file is not None or token_sha256 is not None:
-            raise ConfigError("websocket auth flags require `--ws-auth capability-token`")
+    if flags.mode is None:
+        if flags.token_flags() or flags.jwt_flags():
+            raise ConfigError(
+                "websocket auth flags require `--ws-auth capability-token` or "
+                "`--ws-auth signed-bearer-token`"
+            )
         return None
     if stdio:
         raise ConfigError("WebSocket auth requires a WebSocket listener, not stdio")
-    if mode != "capability-token":
+    if flags.mode == "capability-token":
+        return _capability_token(flags)
+    if flags.mode == "signed-bearer-token":
+        return _signed_bearer_token(flags)
+    raise ConfigError(
+        f"unknown --ws-auth mode {flags.mode!r}: use capability-token or signed-bearer-token"
+    )
+
+
+def _capability_token(flags: AuthFlags) -> CapabilityToken:
+    if flags.jwt_flags():
         raise ConfigError(
-            f"--ws-auth {mode} is not supported by this executor; use capability-token"
+            "`--ws-shared-secret-file`, `--ws-issuer`, `--ws-audience`, and "
+            "`--ws-max-clock-skew-seconds` require `--ws-auth signed-bearer-token`"
         )
-    if token_file is not None and token_sha256 is not None:
+    if flags.token_file is not None and flags.token_sha256 is not None:
         raise ConfigError("`--ws-token-file` and `--ws-token-sha256` are mutually exclusive")
-    if token_file is not None:
-        return CapabilityToken.from_file(token_file)
-    if token_sha256 is not None:
-        return CapabilityToken.from_sha256(token_sha256)
+    if flags.token_file is not None:
+        return CapabilityToken.from_file(flags.token_file)
+    if flags.token_sha256 is not None:
+        return CapabilityToken.from_sha256(flags.token_sha256)
     raise ConfigError(
         "`--ws-token-file` or `--ws-token-sha256` is required when "
         "`--ws-auth capability-token` is set"
+    )
+
+
+def _signed_bearer_token(flags: AuthFlags) -> SignedBearerToken:
+    if flags.token_flags():
+        raise ConfigError(
+            "`--ws-token-file` and `--ws-token-sha256` require `--ws-auth capability-token`, "
+            "not `signed-bearer-token`"
+        )
+    if flags.shared_secret_file is None:
+        raise ConfigError(
+            "`--ws-shared-secret-file` is required when `--ws-auth signed-bearer-token` is set"
+        )
+    skew = DEFAULT_MAX_CLOCK_SKEW if flags.max_clock_skew is None else flags.max_clock_skew
+    return SignedBearerToken.from_file(
+        flags.shared_secret_file, issuer=flags.issuer, audience=flags.audience, max_clock_skew=skew
     )

@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Final
 
-from executor.transports.auth import CapabilityToken
+from executor.transports.auth import Authenticator
 
 __all__ = [
     "MAX_HEAD_BYTES",
@@ -132,8 +132,8 @@ def accept_key(key: str) -> str:
     return base64.b64encode(digest).decode("ascii")
 
 
-def route(request: HttpRequest, auth: CapabilityToken | None = None) -> Response | Upgrade:
-    """Decide what to answer to ``request``; with ``auth``, upgrades need its bearer token."""
+def route(request: HttpRequest, auth: Authenticator | None = None) -> Response | Upgrade:
+    """Decide what to answer to ``request``; with ``auth``, upgrades need its approval."""
     if "origin" in request.headers:
         return Response(403, "Forbidden")
     if request.path == "/readyz":
@@ -147,7 +147,7 @@ def route(request: HttpRequest, auth: CapabilityToken | None = None) -> Response
     return _upgrade(request, auth)
 
 
-def _upgrade(request: HttpRequest, auth: CapabilityToken | None) -> Response | Upgrade:
+def _upgrade(request: HttpRequest, auth: Authenticator | None) -> Response | Upgrade:
     headers = request.headers
     if "upgrade" not in _tokens(headers.get("connection", "")):
         return _plain(400, "Bad Request", "Connection header did not include 'upgrade'")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol as TypingProtocol
 
 from executor.transports import handshake
-from executor.transports.auth import CapabilityToken
+from executor.transports.auth import Authenticator
 from executor.transports.frames import (
     CLOSE,
     PING,
@@ -59,8 +59,8 @@ class WebSocketOptions:
     close_timeout: float = 2.0
     handshake_timeout: float = 10.0
     write_high_water: int = 1024 * 1024
-    #: ``--ws-auth capability-token``: upgrades need this bearer token (None: no auth).
-    auth: CapabilityToken | None = None
+    #: ``--ws-auth``: what upgrades must carry (None: no authentication).
+    auth: Authenticator | None = None
 
 
 class ConnectionCallbacks(TypingProtocol):
