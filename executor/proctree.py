@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable
 
 import psutil
 
@@ -39,22 +40,37 @@ def _descendants(supervisor: int) -> list[int]:
 def signal_tree(pgid: int, supervisor: int | None, signum: int = signal.SIGKILL) -> int:
     """Signal the group and every descendant of ``supervisor``; returns how many were hit.
 
-    With SIGKILL the walk repeats a few rounds, so that children forked while the first
-    round ran are caught too.
+    The tree is read *before* anything is signalled: /proc is read one process at a time,
+    and while members die a child can be read under a parent that is gone by the time the
+    parent is read (before its reparenting to the supervisor shows), so a walk of a dying
+    tree can miss it. With SIGKILL, further walks catch children forked meanwhile; the walk
+    stops after two rounds in a row find nothing new.
     """
+    seen: set[int] = set(_descendants(supervisor)) if supervisor is not None else set()
     hit = 1 if signal_group(pgid, signum) else 0
-    if supervisor is None:
+    hit += _signal_all(seen, signum)
+    if supervisor is None or signum != signal.SIGKILL:
         return hit
-    seen: set[int] = set()
-    for _ in range(_ROUNDS if signum == signal.SIGKILL else 1):
+    quiet = 0
+    for _ in range(_ROUNDS):
         fresh = [pid for pid in _descendants(supervisor) if pid not in seen]
         if not fresh:
-            break
-        for pid in fresh:
-            seen.add(pid)
-            try:
-                os.kill(pid, signum)
-                hit += 1
-            except (ProcessLookupError, PermissionError):
-                continue
+            quiet += 1
+            if quiet == 2:
+                break
+            continue
+        quiet = 0
+        seen.update(fresh)
+        hit += _signal_all(fresh, signum)
+    return hit
+
+
+def _signal_all(pids: Iterable[int], signum: int) -> int:
+    hit = 0
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+            hit += 1
+        except (ProcessLookupError, PermissionError):
+            continue
     return hit
