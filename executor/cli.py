@@ -42,20 +42,39 @@ def _non_negative(text: str) -> int:
     return value
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a default only where there is one worth reading (not None, [] or a flag's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, [], False):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser(
         "serve",
         help="run the daemon",
         description="Serve the exec-server protocol over WebSocket or stdio.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_DefaultsFormatter,
     )
     serve.add_argument(
         "--listen",
         default=DEFAULT_LISTEN,
         help="ws://IP:PORT (port 0 picks a free port), stdio or stdio://",
     )
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    serve.add_argument("--log-format", default="text", choices=["text", "json"])
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="least severe log record written to stderr",
+    )
+    serve.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="json: one object per line, for log collectors",
+    )
     serve.add_argument(
         "--state-dir",
         metavar="DIR",
@@ -92,12 +111,26 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="BYTES",
         help="output kept per process for process/read; oldest chunks are evicted",
     )
-    limits.add_argument("--max-processes-per-session", type=_count, default=256)
     limits.add_argument(
-        "--max-processes", type=_count, default=1024, help="live processes across all sessions"
+        "--max-processes-per-session",
+        type=_count,
+        default=256,
+        metavar="COUNT",
+        help="live processes one session may have",
     )
     limits.add_argument(
-        "--max-command-bytes", type=_count, default=1024 * 1024, help="argv plus environment"
+        "--max-processes",
+        type=_count,
+        default=1024,
+        metavar="COUNT",
+        help="live processes across all sessions",
+    )
+    limits.add_argument(
+        "--max-command-bytes",
+        type=_count,
+        default=1024 * 1024,
+        metavar="BYTES",
+        help="largest argv plus environment of one command",
     )
     limits.add_argument(
         "--stop-grace",
@@ -107,11 +140,41 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="SIGTERM-to-SIGKILL grace when sessions expire or the daemon stops",
     )
     ws = serve.add_argument_group("WebSocket")
-    ws.add_argument("--max-frame-bytes", type=_count, default=16 * 1024 * 1024)
-    ws.add_argument("--max-message-bytes", type=_count, default=64 * 1024 * 1024 - 1)
-    ws.add_argument("--ping-interval", type=_positive, default=10.0, metavar="SECONDS")
-    ws.add_argument("--ping-timeout", type=_positive, default=10.0, metavar="SECONDS")
-    ws.add_argument("--close-timeout", type=_positive, default=2.0, metavar="SECONDS")
+    ws.add_argument(
+        "--max-frame-bytes",
+        type=_count,
+        default=16 * 1024 * 1024,
+        metavar="BYTES",
+        help="largest inbound frame (larger: close 1009)",
+    )
+    ws.add_argument(
+        "--max-message-bytes",
+        type=_count,
+        default=64 * 1024 * 1024 - 1,
+        metavar="BYTES",
+        help="largest inbound message after reassembly (larger: close 1009)",
+    )
+    ws.add_argument(
+        "--ping-interval",
+        type=_positive,
+        default=10.0,
+        metavar="SECONDS",
+        help="keepalive ping period of every connection",
+    )
+    ws.add_argument(
+        "--ping-timeout",
+        type=_positive,
+        default=10.0,
+        metavar="SECONDS",
+        help="a peer that has not answered a ping by then is dropped (its session detaches)",
+    )
+    ws.add_argument(
+        "--close-timeout",
+        type=_positive,
+        default=2.0,
+        metavar="SECONDS",
+        help="how long a closing handshake may take before the TCP connection is cut",
+    )
     ws.add_argument(
         "--ws-auth",
         metavar="MODE",
