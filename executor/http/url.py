@@ -9,6 +9,7 @@ dot-segment removal and the percent-encode sets of path, query and fragment. It 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -108,8 +109,13 @@ class Url:
         return parse_url(base + directory + text)
 
 
+@functools.lru_cache(maxsize=512)
 def parse_url(text: str) -> Url:
-    """Parse an absolute URL; ``UrlError`` if invalid, ``UnsupportedScheme`` if not http(s)."""
+    """Parse an absolute URL; ``UrlError`` if invalid, ``UnsupportedScheme`` if not http(s).
+
+    Cached (``Url`` is immutable): clients tend to ask for the same few URLs again and again,
+    and the parse is a good part of a small request's CPU time.
+    """
     text = text.strip(_C0_OR_SPACE).replace("\t", "").replace("\n", "").replace("\r", "")
     match = _SCHEME.match(text)
     if match is None:
