@@ -1,4 +1,5 @@
-"""The launcher contract, for both launcher servers: the native one and ``zygote.py``.
+"""The launcher contract, for both launcher servers: the native one and ``zygote.py`` (and
+the latter's fork path, which macOS uses for every command).
 
 Each test starts real commands through a ``Spawner`` and reads the supervisor's reports:
 started (pid and supervisor), the exit status the moment the command exits, and the end once
@@ -8,17 +9,26 @@ the command and every descendant are gone.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import os
 import pty
 import signal
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 import psutil
 import pytest
 
-from executor.spawn.spawner import Launch, LaunchFailed, Spawner, SpawnRequest, native_launcher
+from executor.spawn.spawner import (
+    ChildSetup,
+    Launch,
+    LaunchFailed,
+    Spawner,
+    SpawnRequest,
+    native_launcher,
+)
 from tests.support.enforcement import skip_unless
 from tests.support.processes import gone
 
@@ -26,14 +36,26 @@ T = TypeVar("T")
 BASE_ENV = {"PATH": "/usr/bin:/bin"}
 
 
-@pytest.fixture(params=["native", "python"])
+PASS_THROUGH = ChildSetup(
+    module_path=str(Path(__file__).with_name("passthrough_setup.py")), function="run", payload=None
+)
+
+
+class ForkingSpawner(Spawner):
+    """Every launch through the launcher's fork path (the one macOS uses for all commands)."""
+
+    def launch(self, request: SpawnRequest, stdio: tuple[int, int, int]) -> Launch:
+        return super().launch(dataclasses.replace(request, setup=PASS_THROUGH), stdio)
+
+
+@pytest.fixture(params=["native", "python", "python-fork"])
 def spawner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Spawner]:
     if request.param == "native":
         skip_unless(native_launcher() is not None, "the native launcher is not built")
     else:
         monkeypatch.setenv("EXECUTOR_NATIVE_LAUNCHER", "off")
-    created = Spawner()
-    assert created.supervisor == request.param
+    created = ForkingSpawner() if request.param == "python-fork" else Spawner()
+    assert created.supervisor == request.param.removesuffix("-fork")
     try:
         yield created
     finally:
