@@ -297,6 +297,12 @@ def _add_policy_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     run.add_argument(
         "--verbose", "-v", action="store_true", help="print what is enforced before running"
     )
+    run.add_argument(
+        "--tty",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="give the command a terminal of its own (default: when stdin and stdout are one)",
+    )
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
 
     commands.add_parser("backends", help="discovered sandbox backends and what each enforces here")

@@ -149,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         cwd=cwd,
         network=_network(args),
         verbose=args.verbose,
+        tty=args.tty if args.tty is not None else sys.stdin.isatty() and sys.stdout.isatty(),
     )
     return asyncio.run(run_command(request))
 

@@ -4,13 +4,24 @@ The command goes through the same confinement as a ``process/start`` (intent par
 materialization, backend selection, launch plan, launcher server); its stdin is ours, its
 stdout and stderr are relayed (and kept, bounded, for the denial classifier), and its exit
 code becomes ours.
+
+In a terminal (stdin and stdout both are one, or ``--tty``) the command gets a terminal of
+its own, as a ``tty: true`` process does: ours is put in raw mode and every byte is relayed
+both ways, so shells, editors and ^C work inside the sandbox; the size follows ours.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import os
+import pty
+import signal
+import struct
 import sys
+import termios
+import tty
 from dataclasses import dataclass
 
 from executor import envpolicy
@@ -39,6 +50,8 @@ class RunRequest:
     cwd: str
     network: bool | None = None
     verbose: bool = False
+    #: Give the command a terminal of its own (relayed through ours).
+    tty: bool = False
 
 
 def _sandbox_context(request: RunRequest) -> dict[str, object] | None:
@@ -62,14 +75,14 @@ def confine(request: RunRequest, manager: SandboxManager | None = None) -> Confi
     except OSError as exc:
         raise spawn_error(exc) from None
     command = SpawnRequest(
-        executable=executable, argv=request.argv, env=env, cwd=request.cwd, tty=False
+        executable=executable, argv=request.argv, env=env, cwd=request.cwd, tty=request.tty
     )
     params = StartParams(
         process_id="run",
         argv=request.argv,
         cwd=to_uri(request.cwd),
         env=env,
-        tty=False,
+        tty=request.tty,
         sandbox=_sandbox_context(request),
     )
     return confinement.confine(params, command)
@@ -86,6 +99,8 @@ async def run_command(request: RunRequest) -> int:
         )
     spawner = Spawner()
     try:
+        if request.tty:
+            return await _run_in_terminal(confined, spawner)
         return await _run(confined, spawner)
     finally:
         spawner.close()
@@ -115,6 +130,10 @@ async def _run(confined: ConfinedCommand, spawner: Spawner) -> int:
         raise
     code = exit_code_from_status(await launch.exited)
     await asyncio.wait(ended, timeout=5)
+    return _verdict(confined, code, log)
+
+
+def _verdict(confined: ConfinedCommand, code: int, log: OutputLog) -> int:
     verdict = classify(
         sandboxed=confined.sandboxed, exit_code=code, output=log.all_output(), linux=confined.linux
     )
@@ -124,6 +143,65 @@ async def _run(confined: ConfinedCommand, spawner: Spawner) -> int:
             file=sys.stderr,
         )
     return code
+
+
+async def _run_in_terminal(confined: ConfinedCommand, spawner: Spawner) -> int:
+    """The command on a terminal of its own; ours relays keys in and output out, raw."""
+    loop = asyncio.get_running_loop()
+    log = OutputLog()
+    controller, terminal = pty.openpty()
+    os.set_inheritable(controller, False)
+    ours = sys.stdin.fileno()
+    _copy_window_size(ours, terminal)
+    try:
+        launch = spawner.launch(confined.request, (terminal, terminal, terminal))
+    finally:
+        os.close(terminal)
+    saved = termios.tcgetattr(ours) if os.isatty(ours) else None
+    ended: asyncio.Future[None] = loop.create_future()
+    loop.add_signal_handler(signal.SIGWINCH, _copy_window_size, ours, controller)
+    try:
+        if saved is not None:
+            tty.setraw(ours, termios.TCSANOW)
+        _relay(loop, controller, Stream.PTY, sys.stdout.fileno(), log, ended)
+        with contextlib.suppress(OSError):  # a regular file cannot be watched: no keys then
+            loop.add_reader(ours, _forward_keys, loop, ours, controller)
+        await launch.started
+        code = exit_code_from_status(await launch.exited)
+        await asyncio.wait([ended], timeout=5)  # the terminal's last output
+    finally:
+        loop.remove_reader(ours)
+        loop.remove_signal_handler(signal.SIGWINCH)
+        if saved is not None:
+            termios.tcsetattr(ours, termios.TCSAFLUSH, saved)
+        if not ended.done():
+            loop.remove_reader(controller)
+            os.close(controller)
+    return _verdict(confined, code, log)
+
+
+def _forward_keys(loop: asyncio.AbstractEventLoop, source: int, controller: int) -> None:
+    try:
+        data = os.read(source, 65536)
+    except OSError:
+        data = b""
+    if not data:  # our stdin ended: the command keeps its terminal, we stop reading
+        loop.remove_reader(source)
+        return
+    try:
+        os.write(controller, data)
+    except OSError:
+        loop.remove_reader(source)
+
+
+def _copy_window_size(source: int, target: int) -> None:
+    """Give the command's terminal the size of ours (80x24 when ours has none)."""
+    try:
+        size = fcntl.ioctl(source, termios.TIOCGWINSZ, b"\0" * 8)
+    except OSError:
+        size = struct.pack("HHHH", 24, 80, 0, 0)
+    with contextlib.suppress(OSError):
+        fcntl.ioctl(target, termios.TIOCSWINSZ, size)
 
 
 def _relay(
@@ -141,6 +219,8 @@ def _relay(
             data = os.read(fd, 65536)
         except BlockingIOError:
             return
+        except OSError:  # a terminal whose last holder is gone reads EIO: its end
+            data = b""
         if data:
             log.append(stream, data)
             os.write(sink, data)
