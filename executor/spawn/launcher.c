@@ -214,6 +214,7 @@ static void supervise(const struct launch *launch) {
     sigprocmask(SIG_BLOCK, &blocked, NULL);
     signal(SIGCHLD, SIG_DFL);
 
+    prctl(PR_SET_NAME, (unsigned long)"executor-sup", 0, 0, 0); /* what ps and top show */
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
     if (getppid() != launch->launcher) { /* the launcher died before the signal was armed */
