@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import functools
 import http.client
+import ipaddress
 import socket
 import ssl
 import threading
@@ -76,6 +78,41 @@ MAX_WORKERS: Final = 64
 @functools.cache
 def _workers() -> concurrent.futures.ThreadPoolExecutor:
     return concurrent.futures.ThreadPoolExecutor(MAX_WORKERS, thread_name_prefix="http-request")
+
+
+@functools.cache
+def _resolvers() -> concurrent.futures.ThreadPoolExecutor:
+    """Name lookups (getaddrinfo blocks); their own few threads, so that lookups can never
+    wait for the request workers that wait for them."""
+    return concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="http-resolve")
+
+
+async def _open_socket(host: str, port: int) -> socket.socket:
+    """A connected non-blocking TCP socket to ``host``: each address in turn, as
+    ``socket.create_connection`` would, but cancellable at every step."""
+    loop = asyncio.get_running_loop()
+    lookup = functools.partial(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM)
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        addresses = await loop.run_in_executor(_resolvers(), lookup)
+    else:
+        addresses = lookup()  # a literal address: nothing to look up, nothing blocks
+    failure: OSError = OSError(errno.EHOSTUNREACH, "no address to connect to")
+    for family, kind, protocol, _name, address in addresses:
+        sock = socket.socket(family, kind, protocol)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            failure = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise failure
 
 
 #: Idle keep-alive connections kept per origin, and for how long (reqwest keeps them 90 s;
@@ -160,6 +197,9 @@ class Exchange:
         self._origin: tuple[str, str, int] | None = None
         #: The response was read to its end on a connection both sides keep open.
         self._reusable = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: The lookup-and-connect running on the loop for the worker thread, if any.
+        self._connecting: concurrent.futures.Future[socket.socket] | None = None
 
     # --- the loop side ---------------------------------------------------------------------
 
@@ -189,7 +229,7 @@ class Exchange:
         return await self._in_thread(self._fetch, limit)
 
     async def _in_thread(self, work: Callable[..., T], *args: object) -> T:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(_workers(), functools.partial(work, *args))
         except asyncio.CancelledError:
@@ -197,9 +237,12 @@ class Exchange:
             raise
 
     def abort(self) -> None:
-        """Stop the exchange from any thread: blocked reads and writes fail immediately."""
+        """Stop the exchange from any thread: a lookup or connect in progress is cancelled,
+        blocked reads and writes fail immediately."""
         with self._lock:
             self._aborted = True
+            if self._connecting is not None:
+                self._connecting.cancel()
             if self._socket is not None:
                 _shutdown(self._socket)
 
@@ -303,8 +346,25 @@ class Exchange:
         return response
 
     def _connect(self, url: Url) -> socket.socket:
-        sock = socket.create_connection((url.hostname, url.port), timeout=self.request.timeout)
-        sock.settimeout(None)  # the deadline is enforced by abort(), over the whole exchange
+        # The lookup and the TCP handshake run on the event loop, where abort() can cancel
+        # them: a blocking connect() in this thread could not be interrupted (shutdown() does
+        # nothing to a socket that is still connecting).
+        assert self._loop is not None
+        connecting = asyncio.run_coroutine_threadsafe(
+            _open_socket(url.hostname, url.port), self._loop
+        )
+        with self._lock:
+            self._connecting = connecting
+            if self._aborted:
+                connecting.cancel()
+        try:
+            sock = connecting.result()
+        except concurrent.futures.CancelledError:
+            raise ConnectionAbortedError(errno.ECONNABORTED, "request aborted") from None
+        finally:
+            with self._lock:
+                self._connecting = None
+        sock.setblocking(True)  # the deadline is enforced by abort(), over the whole exchange
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if url.scheme == "https":
             # The handshake happens after the socket is registered, so abort() reaches it too.
