@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import functools
 import os
 import pickle
 import socket
@@ -112,18 +113,33 @@ class Launch:
 def native_launcher() -> Path | None:
     """The built native launcher (``launcher.c``), or ``None`` to use ``zygote.py`` for all.
 
-    ``None`` when it was not built (no C compiler at install time, not Linux) or when the
-    operator turned it off with ``EXECUTOR_NATIVE_LAUNCHER=off``. Both launch plain commands
-    the same way; the native one costs ~1.5 ms less CPU per command.
+    ``None`` when it was not built (no C compiler at install time, not Linux), when it does
+    not run here (a binary copied from another machine), or when the operator turned it off
+    with ``EXECUTOR_NATIVE_LAUNCHER=off``. Both launch plain commands the same way; the
+    native one costs ~1.5 ms less CPU per command.
     """
     if os.environ.get("EXECUTOR_NATIVE_LAUNCHER", "").strip().lower() in _OFF:
         return None
     if not sys.platform.startswith("linux") or not os.access(_NATIVE, os.X_OK):
         return None
-    return _NATIVE
+    return _NATIVE if _runs(str(_NATIVE)) else None
 
 
 _OFF = ("0", "off", "no", "false")
+
+
+@functools.cache
+def _runs(program: str) -> bool:
+    """Whether the launcher starts here: run by hand it must explain itself and exit 2.
+
+    Checked once per process: a launcher that cannot even start would otherwise fail every
+    plain command of the daemon instead of falling back to the Python path.
+    """
+    try:
+        result = subprocess.run([program], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.returncode == 2 and b"started by the daemon" in result.stderr
 
 
 class _Server:

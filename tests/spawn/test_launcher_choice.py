@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from executor.spawn import spawner as spawner_module
 from executor.spawn.spawner import native_launcher
 from tests.support.client import WsClient, output_of
 from tests.support.daemon import RunningDaemon, executor_command
@@ -80,3 +82,20 @@ def test_doctor_names_the_launcher_in_use(setting: str) -> None:
         assert line == f"launcher: native ({native_launcher()})"
     else:
         assert line.startswith("launcher: python")
+
+
+def test_a_launcher_that_cannot_run_here_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A binary from another machine (here: not even an executable format) must not fail
+    every plain command: the Python launcher takes over."""
+    broken = tmp_path / "executor-launcher"
+    broken.write_bytes(b"\x7fELF not really\n")
+    broken.chmod(0o755)
+    monkeypatch.setattr(spawner_module, "_NATIVE", broken)
+    assert spawner_module.native_launcher() is None
+    fallback = spawner_module.Spawner()
+    try:
+        assert fallback.supervisor == "python"
+    finally:
+        fallback.close()
