@@ -25,9 +25,16 @@ def unanswered_port() -> Iterator[int]:
     filler = socket.create_connection(("127.0.0.1", port))
     probe = socket.socket()
     probe.settimeout(0.3)
-    with pytest.raises(TimeoutError):  # the premise: a connect here does hang
+    try:
         probe.connect(("127.0.0.1", port))
-    probe.close()
+    except TimeoutError:
+        pass  # the premise holds: a connect here hangs
+    except OSError as exc:  # e.g. net.ipv4.tcp_abort_on_overflow=1 answers with a reset
+        pytest.skip(f"this kernel does not leave connects to a full queue hanging: {exc}")
+    else:
+        pytest.skip("this kernel accepted a connection beyond a full accept queue")
+    finally:
+        probe.close()
     yield port
     filler.close()
     listener.close()
