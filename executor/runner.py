@@ -22,9 +22,10 @@ import struct
 import sys
 import termios
 import tty
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from executor import envpolicy
+from executor import envpolicy, proctree
 from executor.errors import spawn_error
 from executor.output import OutputLog
 from executor.paths import to_uri
@@ -35,7 +36,7 @@ from executor.sandbox.denial import classify
 from executor.sandbox.host import LocalHost, state_directory
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.sandbox.profiles import Profile
-from executor.spawn.spawner import Spawner, SpawnRequest
+from executor.spawn.spawner import Launch, Spawner, SpawnRequest
 
 __all__ = ["RunRequest", "run_command"]
 
@@ -119,10 +120,12 @@ async def _run(confined: ConfinedCommand, spawner: Spawner) -> int:
         os.close(out_w)
         os.close(err_w)
     ended = [loop.create_future(), loop.create_future()]
+    broken = _signal_command(launch, signal.SIGPIPE)
     for index, (fd, stream, sink) in enumerate(
         ((out_r, Stream.STDOUT, sys.stdout), (err_r, Stream.STDERR, sys.stderr))
     ):
-        _relay(loop, fd, stream, sink.fileno(), log, ended[index])
+        # Our stdout or stderr closed: the command gets SIGPIPE, as if it wrote there itself.
+        _relay(loop, fd, stream, sink.fileno(), log, ended[index], broken)
     try:
         await launch.started
     except BaseException:
@@ -163,7 +166,9 @@ async def _run_in_terminal(confined: ConfinedCommand, spawner: Spawner) -> int:
     try:
         if saved is not None:
             tty.setraw(ours, termios.TCSANOW)
-        _relay(loop, controller, Stream.PTY, sys.stdout.fileno(), log, ended)
+        # Our terminal went away: the command's terminal hangs up too.
+        hangup = _signal_command(launch, signal.SIGHUP)
+        _relay(loop, controller, Stream.PTY, sys.stdout.fileno(), log, ended, hangup)
         with contextlib.suppress(OSError):  # a regular file cannot be watched: no keys then
             loop.add_reader(ours, _forward_keys, loop, ours, controller)
         await launch.started
@@ -211,8 +216,17 @@ def _relay(
     sink: int,
     log: OutputLog,
     done: asyncio.Future[None],
+    on_broken: Callable[[], None],
 ) -> None:
+    """Copy ``fd`` to ``sink`` until EOF. If ``sink`` breaks (``| head`` exited, the terminal
+    went away), stop and call ``on_broken``, which tells the command as a direct writer
+    would have been told."""
     os.set_blocking(fd, False)
+
+    def finish() -> None:
+        loop.remove_reader(fd)
+        os.close(fd)
+        done.set_result(None)
 
     def readable() -> None:
         try:
@@ -221,12 +235,25 @@ def _relay(
             return
         except OSError:  # a terminal whose last holder is gone reads EIO: its end
             data = b""
-        if data:
-            log.append(stream, data)
-            os.write(sink, data)
+        if not data:
+            finish()
             return
-        loop.remove_reader(fd)
-        os.close(fd)
-        done.set_result(None)
+        log.append(stream, data)
+        try:
+            os.write(sink, data)
+        except OSError:
+            finish()
+            on_broken()
 
     loop.add_reader(fd, readable)
+
+
+def _signal_command(launch: Launch, signum: int) -> Callable[[], None]:
+    """A callback that sends ``signum`` to the command's process group, once it runs."""
+
+    def send() -> None:
+        if launch.started.done() and launch.started.exception() is None:
+            pid, _supervisor = launch.started.result()
+            proctree.signal_group(pid, signum)
+
+    return send

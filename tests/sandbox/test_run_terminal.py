@@ -1,7 +1,7 @@
-"""`executor run` in a terminal: the command gets a terminal of its own, inside the sandbox.
+"""`executor run` as a terminal program: a terminal of its own for the command, and pipes.
 
-Each test starts `executor run` on the slave side of a pseudo-terminal, as a user's shell
-would, and types into the master side.
+The terminal tests start `executor run` on the slave side of a pseudo-terminal, as a user's
+shell would, and type into the master side; the others give it pipes.
 """
 
 from __future__ import annotations
@@ -156,3 +156,31 @@ def test_without_a_terminal_nothing_changes(ws: Path) -> None:
         check=False,
     )
     assert result.stdout == "pipes\n"
+
+
+@pytest.mark.parametrize("profile_name", ["danger-full-access", "workspace"])
+def test_a_reader_that_goes_away_stops_the_command_as_a_pipe_would(
+    ws: Path, profile_name: str
+) -> None:
+    """`executor run -- yes | head -1`: once our stdout is gone the command gets SIGPIPE, as
+    it would have writing there itself, and `executor run` exits 141 — no busy loop."""
+    if profile_name != "danger-full-access":
+        skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
+    argv = ["run", "--profile", profile_name, "--workspace", str(ws), "--", "yes"]
+    process = subprocess.Popen(
+        [*executor_command(), *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ws,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.readline() == b"y\n"
+    process.stdout.close()
+    try:
+        code = process.wait(timeout=20)
+    finally:
+        process.kill()
+    assert code == 141
+    assert b"Traceback" not in process.stderr.read()
+    process.stderr.close()
