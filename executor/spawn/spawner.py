@@ -192,10 +192,6 @@ class _Server:
                 if attempt:
                     raise InternalError("the launcher server is not running") from None
 
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
     def stop(self) -> None:
         if self._control is not None:
             self._control.close()
@@ -300,11 +296,6 @@ class Spawner:
             # ``send`` may start) has loaded none.
             message["preload"] = [setup.module_path]
         self._python.send(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL), fds)
-
-    @property
-    def server_pid(self) -> int | None:
-        """The Python launcher server's pid, if it runs."""
-        return self._python.pid
 
     def close(self) -> None:
         """Stop the launcher servers (their supervisors then end their trees)."""
