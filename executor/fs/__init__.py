@@ -7,6 +7,7 @@ Modules, each with one job:
 * ``resolve`` — race-free path resolution to directory descriptors (``openat2`` fast path,
   ``O_NOFOLLOW`` walk otherwise), applying a sandbox view;
 * ``view`` — what a sandbox's rules let a call see of a path;
+* ``inodes`` — which files a sandbox denies by identity (hard links into denied trees);
 * ``files``, ``metadata``, ``directories``, ``walk``, ``remove``, ``copy`` — the operations;
 * ``syscalls`` — ``openat2`` and ``statx`` through ctypes;
 * ``failures`` — the reference's own error messages.

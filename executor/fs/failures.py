@@ -19,6 +19,7 @@ __all__ = [
     "remove_root",
     "symlink_in_path",
     "too_large",
+    "unsettled_hard_link",
 ]
 
 
@@ -75,4 +76,13 @@ def hard_linked(path: str, links: int) -> InvalidRequest:
     return InvalidRequest(
         f"path `{path}` has {links} hard links; a sandboxed write could change it outside "
         "the writable roots"
+    )
+
+
+def unsettled_hard_link(path: str, links: int, reason: str) -> InvalidRequest:
+    """Ours: a multiply-linked file whose other names could not all be checked is not read."""
+    return InvalidRequest(
+        f"path `{path}` has {links} hard links and the search of the sandbox's denied trees "
+        f"for its other names stopped ({reason}); refusing to read it, since it may be a "
+        "denied file"
     )

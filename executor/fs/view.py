@@ -12,7 +12,8 @@ path of every object a call reaches (the resolver never trusts a path with symli
   ``/``): a directory that can be traversed and listed, showing only what leads on;
 * ``INVISIBLE`` — none of the above: it does not exist in the sandbox.
 
-Classification is pure string work; only ``denied_inodes`` looks at the host.
+Classification is pure string work; only ``inodes`` (files denied by identity) looks at
+the host.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import enum
 import errno
 import os
 import posixpath
-import stat
 from functools import cached_property
 
+from executor.fs import failures
+from executor.fs.inodes import DeniedInodes, Unsettled
 from executor.sandbox.intent import Access
 from executor.sandbox.rules import RuleSet
 
@@ -106,28 +108,27 @@ class SandboxView:
         if path != "/":
             self.require_writable(posixpath.dirname(path))
 
+    def denied(self, path: str) -> bool:
+        """Whether the real ``path`` is denied by a rule or matches a deny glob (even where
+        no rule makes it visible): what a hard link elsewhere must not expose."""
+        return self.visibility(path) is Visibility.DENIED or self.rules.denied_by_glob(path)
+
     @cached_property
-    def denied_inodes(self) -> frozenset[tuple[int, int]]:
-        """Identities of the files denied by rules, so that no other name reads them."""
-        found: set[tuple[int, int]] = set()
-        for rule in self.rules.rules:
-            if rule.access is not Access.DENY:
-                continue
-            try:
-                st = os.lstat(rule.path)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                found.add((st.st_dev, st.st_ino))
-        return frozenset(found)
+    def inodes(self) -> DeniedInodes:
+        """The files denied by identity, for content reached under another name."""
+        return DeniedInodes(self.rules, self.denied)
 
     def require_readable_file(self, path: str, st: os.stat_result) -> None:
         """Reading a file's content: only under a read or write rule, and never the inode of
-        a denied file reached under another name (a hard link)."""
+        a denied file reached under another name (a hard link, see ``inodes.py``)."""
         seen = self.visibility(path)
         if seen is Visibility.DENIED:
             raise denial(errno.EACCES)
         if seen not in (Visibility.READABLE, Visibility.WRITABLE):
             raise denial(errno.ENOENT)  # the skeleton holds directories only
-        if self.denied_inodes and (st.st_dev, st.st_ino) in self.denied_inodes:
+        try:
+            denied = self.inodes.is_denied(st)
+        except Unsettled as exc:
+            raise failures.unsettled_hard_link(path, st.st_nlink, exc.reason) from None
+        if denied:
             raise denial(errno.EACCES)
