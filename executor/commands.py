@@ -11,10 +11,11 @@ from pathlib import Path
 from executor.errors import ProfileError, SandboxUnavailable
 from executor.sandbox.api import BackendStatus, Command, HostInfo, SandboxBackend
 from executor.sandbox.host import LocalHost, state_directory
+from executor.sandbox.intent import Access
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
-from executor.sandbox.materialize import Purpose, materialize
+from executor.sandbox.materialize import MAX_SCAN_DEPTH, Purpose, materialize
 from executor.sandbox.profiles import Profile, ProfileLibrary, default_library, load_file
-from executor.sandbox.rules import RuleSet
+from executor.sandbox.rules import RuleOrigin, RuleSet
 from executor.spawn.spawner import native_launcher
 
 __all__ = ["backends", "doctor", "profile_check", "profile_explain", "profile_list", "run"]
@@ -98,11 +99,34 @@ def profile_explain(args: argparse.Namespace) -> int:
             )
         for glob in rules.deny_globs:
             print(f"  deny glob: {glob}")
-    for note in rules.notes:
+    for note in (*rules.notes, *_path_limits(profile, rules)):
         print(f"note: {note}")
     print(f"needs: {', '.join(sorted(rules.needs)) or 'nothing'}")
     _explain_backend(_manager(), rules)
     return 0
+
+
+def _path_limits(profile: Profile, rules: RuleSet) -> tuple[str, ...]:
+    """What the profile's deny rules cannot hide from a command (docs/sandbox.md)."""
+    denies = any(
+        rule.access is Access.DENY and rule.origin is not RuleOrigin.EXECUTOR_STATE
+        for rule in rules.rules
+    )
+    if not denies and not rules.deny_globs:
+        return ()
+    fs = profile.permissions.file_system
+    depth = min((fs.glob_scan_max_depth if fs else None) or MAX_SCAN_DEPTH, MAX_SCAN_DEPTH)
+    globs = (
+        f", and deny-glob matches deeper than {depth} levels or created while it runs are not"
+        " masked"
+        if rules.deny_globs
+        else ""
+    )
+    return (
+        "deny rules mask paths, not files: a command can still read a denied file through a"
+        f" hard link elsewhere{globs}; fs/* calls check content by identity (docs/sandbox.md,"
+        " 'What path rules cannot see')",
+    )
 
 
 def _explain_backend(manager: SandboxManager, rules: RuleSet) -> None:

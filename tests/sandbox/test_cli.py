@@ -90,6 +90,30 @@ def test_profile_explain_prints_rules_and_enforcement(ws: Path) -> None:
     assert "enforcement: linux backend, sandboxType linuxSeccomp" in out or "REFUSED" in out
 
 
+def test_profile_explain_says_what_path_rules_cannot_see(ws: Path, tmp_path: Path) -> None:
+    """With deny rules or globs, one note names hard links and deep glob matches; without
+    them (the shipped `workspace`), no such note."""
+    library = tmp_path / "profiles"
+    library.mkdir()
+    (library / "site.toml").write_text(
+        'extends = "workspace"\nglob_scan_max_depth = 3\n[filesystem]\n"~/.ssh" = "deny"\n'
+        '[filesystem.":workspace_roots"]\n"**/*.env" = "deny"\n'
+    )
+    (library / "plain-deny.toml").write_text(
+        'extends = "workspace"\n[filesystem]\n"~/.ssh" = "deny"\n'
+    )
+    env = {"EXECUTOR_PROFILES_DIR": str(library)}
+    out = executor("profile", "explain", "site", "--workspace", str(ws), env=env).stdout
+    notes = [line for line in out.splitlines() if "mask paths" in line]
+    assert len(notes) == 1
+    assert notes[0].startswith("note: deny rules mask paths, not files")
+    assert "hard link" in notes[0] and "deeper than 3 levels" in notes[0]
+    out = executor("profile", "explain", "plain-deny", "--workspace", str(ws), env=env).stdout
+    assert "hard link" in out and "deeper than" not in out
+    out = executor("profile", "explain", "workspace", "--workspace", str(ws)).stdout
+    assert "mask paths" not in out
+
+
 def test_run_passes_the_exit_code_through(ws: Path) -> None:
     """`run` exits with the command's own code; output goes to our stdout."""
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
