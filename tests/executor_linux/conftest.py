@@ -86,6 +86,8 @@ class Scene:
     shm_name: str = ""
     #: Who owns the scene and runs the daemon: this process's user, or the unprivileged one.
     owner: int = field(default_factory=os.getuid)
+    #: The escape probe the sandboxed command runs: a copy every user can read (``staged``).
+    probe: Path = PROBE
 
     def config(self, *, workspace_writable: bool) -> dict[str, Any]:
         """The probe configuration."""
@@ -147,6 +149,22 @@ def _listeners(root: Path) -> dict[str, Any]:
     return {"tcp": tcp, "udp": udp, "unix_path": unix_path, "unix_abstract": unix_abstract}
 
 
+def staged(source: Path) -> Path:
+    """A copy of ``source`` that every user can read, alone in a fresh directory.
+
+    The checkout may live in a private (0700) directory, which the sandboxed commands of an
+    unprivileged daemon cannot traverse: they keep no capability. The copy lies outside
+    /tmp (which the ``workspace`` profile may write) and belongs to this process's user, so
+    no sandboxed command can change it. Remove it with ``shutil.rmtree(copy.parent)``.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="executor-staged-", dir="/var/tmp")).resolve()
+    directory.chmod(0o755)
+    copy = directory / source.name
+    shutil.copyfile(source, copy)
+    copy.chmod(0o644)
+    return copy
+
+
 def build_scene(owner: int | None = None) -> Scene:
     """Create the targets (outside /tmp, which the workspace profile may write).
 
@@ -172,6 +190,7 @@ def build_scene(owner: int | None = None) -> Scene:
     peer = subprocess.Popen(["sleep", "600"], env={"SECRET_MARKER": "peer-secret"}, user=user)
     scene = Scene(root, workspace, outside, state, secret, _listeners(root), victim, peer)
     scene.shm_name = "executor-test-" + secrets.token_hex(6)
+    scene.probe = staged(PROBE)
     if user is not None:
         scene.owner = user
         os.chown(root, user, user)
@@ -190,6 +209,8 @@ def destroy_scene(scene: Scene) -> None:
     for sock in scene.listeners.values():
         sock.close()
     shutil.rmtree(scene.root, ignore_errors=True)
+    if scene.probe != PROBE:
+        shutil.rmtree(scene.probe.parent, ignore_errors=True)
     Path("/dev/shm", scene.shm_name).unlink(missing_ok=True)
 
 
@@ -230,7 +251,7 @@ def run_cli(
 def probe_cli(scene: Scene, profile: str) -> dict[str, dict[str, str]]:
     """Run the escape probe through ``executor run``."""
     cfg = scene.config(workspace_writable=profile != "read-only")
-    result = run_cli(scene, profile, ["python3", str(PROBE), json.dumps(cfg)])
+    result = run_cli(scene, profile, ["python3", str(scene.probe), json.dumps(cfg)])
     assert result.stdout, f"probe printed nothing: {result.stderr}"
     report: dict[str, dict[str, str]] = json.loads(result.stdout)
     return report
@@ -282,7 +303,7 @@ def probe_daemon(scene: Scene, profile: str, daemon: WrappedDaemon) -> dict[str,
     with daemon.session() as client:
         result, events = client.run(
             "probe",
-            ["python3", str(PROBE), json.dumps(cfg)],
+            ["python3", str(scene.probe), json.dumps(cfg)],
             cwd=f"file://{scene.workspace}",
             env={"PATH": "/usr/bin:/bin", "HOME": "/root"},
             sandbox=sandbox_context(scene, profile),
