@@ -4,21 +4,38 @@ pyseccomp (libseccomp) builds correct filters for every architecture — the arc
 check, x32 aliases, argument comparisons — but importing it costs ~20 ms, so the daemon
 compiles each filter once (``export_bpf``) and the launcher loads the bytes with ``prctl``.
 
-Denied calls fail with ``EPERM``; a foreign architecture kills the process (SIGSYS).
+Denied calls fail with ``EPERM`` (so a refused socket reads "Operation not permitted", which
+also marks the exit as a sandbox denial); a foreign architecture kills the process (SIGSYS).
 
 Always denied: debugging other processes (``ptrace``, ``process_vm_*``), ``io_uring`` (its
 operations bypass seccomp), namespace and mount escapes (``unshare``, ``setns``, ``mount``,
 ``pivot_root``, the new mount API, ``clone`` with namespace flags; ``clone3`` answers
 ``ENOSYS`` so libc falls back to ``clone``, whose flags we can inspect), kernel attack surface
 (``bpf``, ``perf_event_open``, ``userfaultfd``, keyrings, modules, ``kexec``), host identity
-(``sethostname``, ``setdomainname``) and ``AF_VSOCK`` sockets (they reach host services).
+(``sethostname``, ``setdomainname``), and three ``ioctl`` requests: ``TIOCSTI`` (types into a
+terminal's input), ``TIOCLINUX`` (console selection and input) and ``USERFAULTFD_IOC_NEW``
+(``/dev/userfaultfd`` would hand out the userfaultfd that ``userfaultfd(2)`` is denied for).
+``ioctl``'s request is an ``unsigned int`` to the kernel, so only its low 32 bits are compared:
+a caller cannot slip past by setting the high bits of the register.
 
-Network restricted: ``socket`` only for ``AF_UNIX`` stream/seqpacket sockets, and no
-``connect``, ``bind``, ``listen`` or ``accept``, so no connection can leave the sandbox — not
-over IP, not to a host Unix socket (pathname or abstract). Unlike the reference we keep
-``sendto``/``sendmsg``/``getsockopt``/... : on the only sockets that can exist (socketpairs and
-unconnected stream sockets) they cannot reach anything outside, and socketpair traffic works.
-``AF_UNIX`` datagram sockets are refused because ``sendto`` could address a host socket.
+Sockets are decided by an allow-list of address families (and, with the network off, of
+socket types) for ``socket`` and ``socketpair`` alike; everything else is refused:
+
+* network off: ``AF_UNIX`` with type ``SOCK_STREAM`` or ``SOCK_SEQPACKET`` only (the type is
+  compared without ``SOCK_NONBLOCK``/``SOCK_CLOEXEC``). No datagram socket of any family can
+  exist — note that the kernel turns ``AF_UNIX``/``SOCK_RAW`` into a datagram socket, so a
+  deny-list of ``SOCK_DGRAM`` is not enough. ``connect``, ``bind``, ``listen`` and ``accept``
+  are denied, so the only sockets are socketpairs and unconnected stream sockets. That is what
+  makes ``sendto``/``sendmsg`` safe to keep: the kernel never routes an address given to a
+  stream or seqpacket socket (``unix_stream_sendmsg`` fails with ``EISCONN``/``EOPNOTSUPP``,
+  ``unix_seqpacket_sendmsg`` needs a connected socket and drops the address), so every send
+  goes to the socketpair's own peer — and a descriptor passed with ``SCM_RIGHTS`` can only
+  travel between two ends that both live in the sandbox. Nothing reaches a host socket,
+  pathname or abstract.
+* network on: the families ``AF_UNIX``, ``AF_INET``, ``AF_INET6`` and ``AF_NETLINK`` (glibc's
+  ``getaddrinfo`` asks the kernel's routing netlink which addresses exist), any type. The
+  rest — ``AF_VSOCK`` (host services), ``AF_PACKET``, ``AF_ALG``, ``AF_BLUETOOTH``, ... — is
+  kernel attack surface or a way around the host's network rules.
 
 Metadata locked (only when no mount namespace backs the filesystem rules): Landlock does not
 govern ``chmod``, ``chown``, ``utime`` or extended attributes, so without read-only mounts
@@ -33,10 +50,19 @@ import errno
 import os
 import socket
 import tempfile
+import termios
 from functools import cache
 from typing import Any
 
-__all__ = ["ALWAYS_DENIED", "METADATA_DENIED", "NETWORK_DENIED", "compile_filter"]
+__all__ = [
+    "ALWAYS_DENIED",
+    "DENIED_IOCTLS",
+    "METADATA_DENIED",
+    "NETWORK_DENIED",
+    "NETWORK_FAMILIES",
+    "RESTRICTED_SOCKET_TYPES",
+    "compile_filter",
+]
 
 ALWAYS_DENIED = (
     "ptrace",
@@ -115,15 +141,59 @@ _NAMESPACE_FLAGS = (
     0x40000000,  # CLONE_NEWNET
     0x00000080,  # CLONE_NEWTIME
 )
+#: The kernel's SOCK_TYPE_MASK: the type without SOCK_NONBLOCK/SOCK_CLOEXEC (any other bit
+#: makes socket(2) fail with EINVAL before a socket exists).
 _SOCK_TYPE_MASK = 0xF
-_AF_VSOCK = 40
+#: Network off: the only sockets, AF_UNIX ones that cannot carry an address.
+RESTRICTED_SOCKET_TYPES = frozenset({socket.SOCK_STREAM, socket.SOCK_SEQPACKET})
+#: Network on: the families a networked program needs.
+NETWORK_FAMILIES = frozenset({socket.AF_UNIX, socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK})
+_LOW_32_BITS = 0xFFFF_FFFF
+#: (request, mask) pairs: ``ioctl(fd, request & mask)`` is refused. TIOCSTI and TIOCLINUX
+#: come from ``termios``, which holds this architecture's values (0x5412 and 0x541C on the
+#: generic encoding). USERFAULTFD_IOC_NEW is ``_IO(0xAA, 0)``; its direction and size bits
+#: differ between architectures, so it is matched on type and number alone (0xAA 0x00-0x3F
+#: is reserved to userfaultfd in the kernel's ioctl-number list).
+DENIED_IOCTLS = (
+    (termios.TIOCSTI, _LOW_32_BITS),
+    (termios.TIOCLINUX, _LOW_32_BITS),
+    (0xAA00, 0xFFFF),  # USERFAULTFD_IOC_NEW
+)
 
 
 def _deny(f: Any, seccomp: Any, name: str, *args: Any, error: int = errno.EPERM) -> None:
+    """Deny ``name`` where it exists (some calls are missing on some architectures)."""
     try:
         f.add_rule(seccomp.ERRNO(error), name, *args)
     except (OSError, ValueError, RuntimeError):
         pass  # not a system call on this architecture
+
+
+def _deny_required(f: Any, seccomp: Any, name: str, *args: Any) -> None:
+    """Deny ``name``; a rule libseccomp cannot build fails the filter instead of vanishing."""
+    f.add_rule(seccomp.ERRNO(errno.EPERM), name, *args)
+
+
+def _deny_other_families(f: Any, seccomp: Any, name: str, allowed: frozenset[int]) -> None:
+    """Refuse every address family outside ``allowed`` (argument 0 of socket/socketpair).
+
+    Rules can only deny, so the allow-list becomes: everything above the largest allowed
+    family, and each value below it that is not allowed. A family added to a future kernel
+    is therefore refused too.
+    """
+    top = max(allowed)
+    _deny_required(f, seccomp, name, seccomp.Arg(0, seccomp.GT, top))
+    for family in range(top):
+        if family not in allowed:
+            _deny_required(f, seccomp, name, seccomp.Arg(0, seccomp.EQ, family))
+
+
+def _deny_other_types(f: Any, seccomp: Any, name: str, allowed: frozenset[int]) -> None:
+    """Refuse every socket type outside ``allowed`` (argument 1, flags masked off)."""
+    for sock_type in range(_SOCK_TYPE_MASK + 1):
+        if sock_type not in allowed:
+            arg = seccomp.Arg(1, seccomp.MASKED_EQ, _SOCK_TYPE_MASK, sock_type)
+            _deny_required(f, seccomp, name, arg)
 
 
 def _import_pyseccomp() -> Any:
@@ -160,20 +230,17 @@ def compile_filter(network_restricted: bool, lock_metadata: bool = False) -> byt
     _deny(f, seccomp, "clone3", error=errno.ENOSYS)
     for flag in _NAMESPACE_FLAGS:
         _deny(f, seccomp, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
-    _deny(f, seccomp, "socket", seccomp.Arg(0, seccomp.EQ, _AF_VSOCK))
-    _deny(f, seccomp, "socketpair", seccomp.Arg(0, seccomp.EQ, _AF_VSOCK))
+    for request, mask in DENIED_IOCTLS:
+        _deny_required(f, seccomp, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, mask, request))
+    for name in ("socket", "socketpair"):
+        if network_restricted:
+            _deny_other_families(f, seccomp, name, frozenset({socket.AF_UNIX}))
+            _deny_other_types(f, seccomp, name, RESTRICTED_SOCKET_TYPES)
+        else:
+            _deny_other_families(f, seccomp, name, NETWORK_FAMILIES)
     if network_restricted:
         for name in NETWORK_DENIED:
             _deny(f, seccomp, name)
-        _deny(f, seccomp, "socket", seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
-        _deny(
-            f,
-            seccomp,
-            "socket",
-            seccomp.Arg(0, seccomp.EQ, socket.AF_UNIX),
-            seccomp.Arg(1, seccomp.MASKED_EQ, _SOCK_TYPE_MASK, socket.SOCK_DGRAM),
-        )
-        _deny(f, seccomp, "socketpair", seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
     if lock_metadata:
         for name in METADATA_DENIED:
             _deny(f, seccomp, name)
@@ -190,7 +257,7 @@ def available() -> str | None:
         compile_filter(True)
     except OSError as exc:
         return f"libseccomp failed: {exc}"
-    except (ImportError, AttributeError, RuntimeError) as exc:
+    except (ImportError, AttributeError, RuntimeError, ValueError) as exc:
         return f"pyseccomp/libseccomp unavailable: {exc}"
     if not os.path.exists("/proc/self/status"):
         return "no /proc"
