@@ -74,6 +74,18 @@ class LocalHost:
         """Symlinks resolved."""
         return os.path.realpath(path)
 
+    def is_symlink(self, path: str) -> bool:
+        """Whether ``path`` itself is a symlink."""
+        return os.path.islink(path)
+
+    def is_shared_directory(self, path: str) -> bool:
+        """World-writable or sticky: other users (or other sandboxes) may add entries."""
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            return False
+        return bool(mode & (stat.S_IWOTH | stat.S_ISVTX))
+
     def gitdir_pointer(self, path: str) -> str | None:
         """The git dir a ``.git`` file names, if ``path`` is such a file."""
         if not os.path.isfile(path):

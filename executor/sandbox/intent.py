@@ -42,6 +42,7 @@ __all__ = [
 
 #: More entries than any real profile needs; beyond it the request is refused.
 MAX_ENTRIES: Final = 4096
+MAX_PROTECTED_NAMES: Final = 64
 #: A glob that names workspace roots in the reference's config form.
 PROJECT_ROOTS_GLOB_PREFIX: Final = "codex-project-roots://"
 
@@ -150,6 +151,9 @@ class FileSystemPolicy:
     restricted: bool
     entries: tuple[Entry, ...] = ()
     glob_scan_max_depth: int | None = None
+    #: Names kept read-only (and uncreatable) under every writable root, beyond the built-in
+    #: ``.git``, ``.agents``, ``.codex``, ``.aws`` (an executor extension: ``protected_names``).
+    protected_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -314,7 +318,34 @@ def _file_system(value: Any, path: str) -> FileSystemPolicy:
         restricted=True,
         entries=tuple(_entry(item, f"{path}.entries[{i}]") for i, item in enumerate(entries)),
         glob_scan_max_depth=depth,
+        protected_names=_protected_names(obj.get("protected_names"), f"{path}.protected_names"),
     )
+
+
+def _protected_names(value: Any, path: str) -> tuple[str, ...]:
+    """Extra protected names: single path components, so they apply under every root."""
+    if value is None:
+        return ()
+    if type(value) is not list:
+        raise DecodeError(f"invalid type: {describe(value)}, expected a sequence", path)
+    if len(value) > MAX_PROTECTED_NAMES:
+        raise DecodeError(f"at most {MAX_PROTECTED_NAMES} names are accepted", path)
+    names: list[str] = []
+    for i, name in enumerate(value):
+        if (
+            type(name) is not str
+            or name in ("", ".", "..")
+            or "/" in name
+            or "\0" in name
+            or len(name.encode("utf-8", "surrogatepass")) > 255
+        ):
+            raise DecodeError(
+                f"invalid value: {describe(name)}, expected a file name (one path component)",
+                f"{path}[{i}]",
+            )
+        if name not in names:
+            names.append(name)
+    return tuple(names)
 
 
 def parse_permissions(value: Any, path: str = "permissions") -> Permissions:

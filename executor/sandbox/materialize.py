@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Final, Protocol
 
-from executor.errors import InvalidParams
+from executor.errors import InvalidParams, SandboxUnavailable
 from executor.sandbox.intent import (
     PROJECT_ROOTS_GLOB_PREFIX,
     Access,
@@ -80,6 +80,12 @@ class HostView(Protocol):
 
     def realpath(self, path: str) -> str:
         """``path`` with symlinks resolved (missing tails kept as they are)."""
+
+    def is_symlink(self, path: str) -> bool:
+        """Whether ``path`` itself is a symlink (not followed)."""
+
+    def is_shared_directory(self, path: str) -> bool:
+        """Whether others may create entries in directory ``path`` (world-writable or sticky)."""
 
     def gitdir_pointer(self, path: str) -> str | None:
         """If ``path`` is a ``.git`` file (``gitdir: X``), the absolute git dir it names."""
@@ -152,7 +158,9 @@ def materialize(
             notes=tuple(builder.notes),
         )
     builder.expand_globs(fs.glob_scan_max_depth)
-    builder.protect_names()
+    builder.refuse_planted_symlinks()
+    builder.pin_workspace_roots()
+    builder.protect_names((*PROTECTED_NAMES, *fs.protected_names))
     builder.hide_executor_state()
     return RuleSet(
         filesystem_restricted=True,
@@ -161,6 +169,7 @@ def materialize(
         network=permissions.network,
         policy_cwd=cwd,
         landlock_only=intent.use_legacy_landlock,
+        pinned=tuple(sorted(builder.pinned)),
         notes=tuple(builder.notes),
     )
 
@@ -182,6 +191,9 @@ class _Builder:
         self.rules: dict[str, PathRule] = {}
         self.deny_globs: list[str] = []
         self.notes: list[str] = []
+        self.pinned: set[str] = set()
+        #: Writable paths as requested -> as resolved, for those that crossed a symlink.
+        self.resolved_writes: dict[str, str] = {}
 
     # --- entries ----------------------------------------------------------------------------
 
@@ -234,7 +246,10 @@ class _Builder:
                 self.notes.append(f"{path} does not exist; its {access} entry has nothing to grant")
                 return
         else:
-            path = self.host.realpath(path)
+            real = self.host.realpath(path)
+            if real != path and access is Access.WRITE:
+                self.resolved_writes[path] = real
+            path = real
         existing = self.rules.get(path)
         if existing is not None and existing.access.rank >= access.rank:
             return
@@ -299,13 +314,75 @@ class _Builder:
                 return Access.DENY
             current = posixpath.dirname(current)
 
-    def protect_names(self) -> None:
+    def refuse_planted_symlinks(self) -> None:
+        """Refuse write access derived through a symlink that a sandbox could have planted.
+
+        ``mv ws ws.o; ln -s ~/.ssh ws`` inside one command would otherwise hand the *next*
+        command for that workspace write access to the link's target. A link is trusted only
+        where no sandbox of these rules could have created it, and not below a directory where
+        anyone may create entries (``/tmp``: an earlier sandbox may have written there).
+        """
+        requested = [*self.resolved_writes, *self.intent.workspace_roots]
+        for path in requested:
+            for link in self._symlinks_on(path):
+                parent = posixpath.dirname(link)
+                if self._effective(parent) is Access.WRITE or self._below_shared(parent):
+                    raise SandboxUnavailable(
+                        f"{path} resolves through the symlink {link}, which lies in {parent}, "
+                        "where a sandboxed command (or another user) may create entries; "
+                        "refusing to derive the sandbox's rules from it (name the real path)"
+                    )
+
+    def _below_shared(self, directory: str) -> bool:
+        """``directory`` is, or lies below, one where anyone may create entries (``/tmp``):
+        an earlier sandbox that could write there may have made any of it."""
+        current = directory
+        while True:
+            if self.host.is_shared_directory(current):
+                return True
+            if current == "/":
+                return False
+            current = posixpath.dirname(current)
+
+    def _symlinks_on(self, path: str) -> list[str]:
+        """The symlinks met while resolving ``path``, each as the path it was met at."""
+        found: list[str] = []
+        current = "/"
+        for part in posixpath.normpath(path).split("/"):
+            if not part:
+                continue
+            candidate = posixpath.join(current, part)
+            if self.host.is_symlink(candidate):
+                found.append(candidate)
+            current = self.host.realpath(candidate)
+        return found
+
+    def pin_workspace_roots(self) -> None:
+        """Pin each workspace root and every directory between it and a writable parent.
+
+        Renaming any of them (or replacing it with a symlink) would move the ground under the
+        rules of every later command for that workspace; pinned paths cannot be moved.
+        """
+        for root in self.intent.workspace_roots:
+            current = self.host.realpath(root)
+            while current != "/":
+                parent = posixpath.dirname(current)
+                if (
+                    self._effective(parent) is Access.WRITE
+                    and self.host.kind(current) is PathKind.DIRECTORY
+                ):
+                    self.pinned.add(current)
+                current = parent
+
+    def protect_names(self, names: tuple[str, ...]) -> None:
+        """Protected names stay read-only (and uncreatable) under every writable root and
+        every pinned directory: a ``.git`` planted in the workspace's parent is found by git
+        on the host just as one in the workspace is."""
         writable = [rule.path for rule in self.rules.values() if rule.access is Access.WRITE]
-        for root in writable:
-            for name in PROTECTED_NAMES:
-                path = posixpath.join(root, name)
-                if path not in self.rules and self._effective(path) is Access.WRITE:
-                    self._add(path, Access.READ, RuleOrigin.PROTECTED)
+        anchors = dict.fromkeys([*writable, *sorted(self.pinned)])
+        for root in anchors:
+            for name in names:
+                self._protect(posixpath.join(root, name))
             gitdir = self.host.gitdir_pointer(posixpath.join(root, ".git"))
             if (
                 gitdir is not None
@@ -313,6 +390,20 @@ class _Builder:
                 and self._effective(gitdir) is Access.WRITE
             ):
                 self._add(gitdir, Access.READ, RuleOrigin.GITDIR)
+
+    def _protect(self, path: str) -> None:
+        if path in self.rules or self._effective(path) is not Access.WRITE:
+            return
+        if not self.host.is_symlink(path):
+            self._add(path, Access.READ, RuleOrigin.PROTECTED)
+            return
+        # A symlinked name: the link itself is pinned (it cannot be removed or replaced), and
+        # its target is narrowed to read-only where it was writable — never widened: the link
+        # may have been planted by an earlier command, pointing at a denied directory.
+        self.pinned.add(path)
+        target = self.host.realpath(path)
+        if target not in self.rules and self._effective(target) is Access.WRITE:
+            self._add(target, Access.READ, RuleOrigin.PROTECTED)
 
     def hide_executor_state(self) -> None:
         for path in self.host.hidden_paths:

@@ -17,7 +17,9 @@ rule set that needs them (``Feature.CARVE_OUT``, ``Feature.MISSING_PATH_PROTECTI
 
 from __future__ import annotations
 
+import os
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from executor.errors import SandboxUnavailable
@@ -39,6 +41,12 @@ DEVICE_GRANTS: tuple[tuple[str, int], ...] = (
     ("/dev/tty", _RW_FILE),
     ("/dev/ptmx", _RW_FILE),
     ("/dev/pts", _RW_FILE | landlock.READ_DIR),
+    ("/dev/console", _RW_FILE),  # the command's own terminal in the private /dev
+)
+
+
+_HOST_SAFE_DEVICES = tuple(
+    grant for grant in DEVICE_GRANTS if grant[0] not in ("/dev/ptmx", "/dev/pts", "/dev/console")
 )
 
 
@@ -53,6 +61,8 @@ class MountPlan:
     #: Directories the daemon creates on the host before launch (and removes after).
     placeholders: tuple[str, ...] = ()
     private_shm: bool = True
+    #: Replace ``/dev`` with a minimal one (standard devices, a private devpts and ``/dev/shm``).
+    private_dev: bool = True
 
     def to_payload(self) -> dict[str, object]:
         """Builtins only: this crosses into the launcher."""
@@ -60,6 +70,7 @@ class MountPlan:
             "readonly_root": self.readonly_root,
             "operations": [list(op) for op in self.operations],
             "private_shm": self.private_shm,
+            "private_dev": self.private_dev,
         }
 
 
@@ -134,12 +145,46 @@ def mount_plan(rules: RuleSet) -> MountPlan:
                 placeholders.append(rule.path)
             op = "mask_file" if rule.kind in (PathKind.FILE, PathKind.OTHER) else "mask_dir"
             operations.append((op, rule.path))
+    mounted = {path for _, path in operations}
+    # Pins come right after the mounts of shallower paths and before deeper ones: a pin is a
+    # bind of a path onto itself, and a mount point cannot be renamed, removed or replaced.
+    for pin in sorted(rules.pinned, key=lambda p: (p.count("/"), p)):
+        if pin in mounted:
+            continue
+        at = next(
+            (i for i, (_, path) in enumerate(operations) if path.count("/") > pin.count("/")),
+            len(operations),
+        )
+        operations.insert(at, ("pin", pin))
+    _check_dev(rules)
     return MountPlan(
         readonly_root=rules.access_of("/") is not Access.WRITE,
         operations=tuple(operations),
         placeholders=tuple(placeholders),
         private_shm=rules.access_of("/dev/shm") is not Access.WRITE,
     )
+
+
+#: What the private ``/dev`` holds; rules may name these (and ``/dev/shm``), nothing else.
+PRIVATE_DEV = frozenset(
+    {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
+)
+
+
+def _check_dev(rules: RuleSet) -> None:
+    """A grant below ``/dev`` for a device the private ``/dev`` lacks cannot be honoured."""
+    for rule in rules.rules:
+        if (
+            rule.access is not Access.DENY
+            and rule.path.startswith("/dev/")
+            and rule.path not in PRIVATE_DEV
+            and not (rule.path == "/dev/shm" or rule.path.startswith("/dev/shm/"))
+            and rule.path != "/dev/pts"
+        ):
+            raise SandboxUnavailable(
+                f"the linux backend gives every command a minimal /dev; it cannot grant "
+                f"{rule.path} (only {', '.join(sorted(PRIVATE_DEV))}, /dev/pts and /dev/shm)"
+            )
 
 
 def _check_reachable(rules: RuleSet, rule: PathRule, parent: Access) -> None:
@@ -154,7 +199,14 @@ def _check_reachable(rules: RuleSet, rule: PathRule, parent: Access) -> None:
         )
 
 
-def landlock_plan(rules: RuleSet, abi: int, *, private_shm: bool) -> LandlockPlan | None:
+def landlock_plan(
+    rules: RuleSet,
+    abi: int,
+    *,
+    private_shm: bool,
+    private_dev: bool = True,
+    list_root: Callable[[], list[str]] = lambda: os.listdir("/"),
+) -> LandlockPlan | None:
     """The Landlock ruleset for ``rules`` at ``abi`` (None when there is nothing to handle)."""
     fs = landlock.fs_rights(abi) if rules.filesystem_restricted else 0
     restricted = rules.network is NetworkMode.RESTRICTED
@@ -174,10 +226,36 @@ def landlock_plan(rules: RuleSet, abi: int, *, private_shm: bool) -> LandlockPla
             grants.append(
                 (rule.path, fs if rule.access is Access.WRITE else landlock.ACCESS_FS_READ)
             )
-        grants.extend(DEVICE_GRANTS)
+        if not private_dev:
+            grants = _without_host_dev(grants, list_root)
+        # Without a private /dev, /dev/pts is the host's: every terminal on the machine.
+        grants.extend(DEVICE_GRANTS if private_dev else _HOST_SAFE_DEVICES)
         if private_shm:
             grants.append(("/dev/shm", fs))
     return LandlockPlan(abi=abi, fs=fs, net=net, scoped=scoped, grants=tuple(grants))
+
+
+def _without_host_dev(
+    grants: list[tuple[str, int]], list_root: Callable[[], list[str]]
+) -> list[tuple[str, int]]:
+    """Grants that reach no host device but the standard ones (no private ``/dev`` here).
+
+    Landlock cannot carve ``/dev`` out of a grant on ``/``, so such a grant becomes one grant
+    per entry of ``/`` except ``dev``, plus listing rights on ``/`` (which reach ``/dev`` for
+    listing only: no device can be opened through them). ``DEVICE_GRANTS`` adds the rest.
+    """
+    split: list[tuple[str, int]] = []
+    for path, rights in grants:
+        if path == "/dev" or path.startswith("/dev/"):
+            continue
+        if path != "/":
+            split.append((path, rights))
+            continue
+        split.append(("/", rights & landlock.READ_DIR))
+        split.extend(
+            (posixpath.join("/", name), rights) for name in sorted(list_root()) if name != "dev"
+        )
+    return split
 
 
 def staging_dir(state_dir: str) -> str:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -480,12 +483,22 @@ def test_writable_root_itself_cannot_be_removed(client: WsClient, fsws: Path) ->
     assert (fsws / "p.txt").exists()
 
 
-def test_symlinked_workspace_root(client: WsClient, tmp_path: Path) -> None:
+@pytest.fixture
+def private_dir() -> Iterator[Path]:
+    """A directory outside every shared one (``/tmp`` is shared: see the next tests)."""
+    made = Path(tempfile.mkdtemp(prefix=".executor-test-", dir=os.path.expanduser("~")))
+    try:
+        yield made.resolve()
+    finally:
+        shutil.rmtree(made)
+
+
+def test_symlinked_workspace_root(client: WsClient, private_dir: Path) -> None:
     """A workspace root named through a symlink stays reachable under its name (``:minimal``)."""
-    real = tmp_path.resolve() / "real"
+    real = private_dir / "real"
     (real / "ws").mkdir(parents=True)
-    (tmp_path.resolve() / "alias").symlink_to(real)
-    named = tmp_path.resolve() / "alias" / "ws"
+    (private_dir / "alias").symlink_to(real)
+    named = private_dir / "alias" / "ws"
     context = sandbox(
         special_entry("minimal", "read"),
         special_entry("project_roots", "write"),
@@ -499,6 +512,57 @@ def test_symlinked_workspace_root(client: WsClient, tmp_path: Path) -> None:
     assert client.request("fs/canonicalize", {"path": uri(named), "sandbox": context}) == {
         "path": uri(real / "ws")
     }
+
+
+def test_a_workspace_reached_through_a_symlink_under_tmp_is_refused(
+    client: WsClient, tmp_path: Path
+) -> None:
+    """Below /tmp any sandbox may have planted the link (``mv ws ws.o; ln -s ~/.ssh ws``):
+    the call is refused and the link's target is not written."""
+    target = tmp_path.resolve() / "target"
+    target.mkdir()
+    (tmp_path.resolve() / "ws").symlink_to(target)
+    named = tmp_path.resolve() / "ws"
+    context = sandbox(
+        special_entry("minimal", "read"),
+        special_entry("project_roots", "write"),
+        cwd=named,
+        roots=(named,),
+    )
+    response = client.call(
+        "fs/writeFile", {"path": uri(named / "f.txt"), "dataBase64": "eA==", "sandbox": context}
+    )
+    assert response["error"]["code"] == -32602
+    assert "symlink" in response["error"]["message"]
+    assert not (target / "f.txt").exists()
+
+
+def test_pinned_directories_cannot_be_removed_through_fs_calls(
+    client: WsClient, tmp_path: Path
+) -> None:
+    """The workspace and the directories between it and the writable /tmp are pinned:
+    fs/remove of either answers EBUSY; a .git cannot be created in the parent; files inside
+    the workspace are still written and removed."""
+    ws = tmp_path.resolve() / "box" / "ws"
+    ws.mkdir(parents=True)
+    (ws / "f.txt").write_bytes(b"x")
+    context = sandbox(
+        special_entry("root", "read"),
+        special_entry("slash_tmp", "write"),
+        special_entry("project_roots", "write"),
+        cwd=ws,
+        roots=(ws,),
+    )
+    busy = (-32603, "Device or resource busy (os error 16)")
+    for target in (ws, ws.parent):
+        params = {"path": uri(target), "recursive": True, "force": True, "sandbox": context}
+        assert error(client, "fs/remove", params) == busy
+    assert (ws / "f.txt").exists()
+    parent_git = {"path": uri(ws.parent / ".git"), "recursive": True, "sandbox": context}
+    assert error(client, "fs/createDirectory", parent_git) == EROFS
+    assert not (ws.parent / ".git").exists()
+    client.request("fs/remove", {"path": uri(ws / "f.txt"), "sandbox": context})
+    assert not (ws / "f.txt").exists()
 
 
 def test_executor_state_is_hidden(client: WsClient) -> None:

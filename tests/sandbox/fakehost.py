@@ -20,6 +20,8 @@ class FakeHost:
         hidden: tuple[str, ...] = ("/run/executor",),
         cwd: str = "/srv/executor",
         home: str = "/home/u",
+        symlinks: dict[str, str] | None = None,
+        shared: Iterable[str] = ("/tmp",),
     ) -> None:
         self.dirs = {"/"}
         for start in (*dirs, *hidden, "/tmp", "/bin", "/etc", "/lib", "/usr"):
@@ -34,13 +36,17 @@ class FakeHost:
                 self.dirs.add(parent)
                 parent = posixpath.dirname(parent)
         self.gitdirs = gitdirs or {}
+        #: link path -> absolute target; ``realpath`` follows them.
+        self.symlinks = symlinks or {}
+        self.shared = set(shared)
         self.minimal_paths = ("/bin", "/etc", "/lib", "/usr")
         self.hidden_paths = hidden
         self.cwd = cwd
         self.home = home
 
     def kind(self, path: str) -> PathKind:
-        """What is at ``path``."""
+        """What is at ``path`` (symlinks followed)."""
+        path = self.realpath(path)
         if path in self.dirs:
             return PathKind.DIRECTORY
         if path in self.files:
@@ -48,8 +54,26 @@ class FakeHost:
         return PathKind.MISSING
 
     def realpath(self, path: str) -> str:
-        """No symlinks on this host."""
-        return posixpath.normpath(path)
+        """``path`` with the host's symlinks followed (they hold absolute targets)."""
+        resolved = "/"
+        for part in posixpath.normpath(path).split("/"):
+            if not part:
+                continue
+            candidate = posixpath.join(resolved, part)
+            for _ in range(40):
+                if candidate not in self.symlinks:
+                    break
+                candidate = posixpath.normpath(self.symlinks[candidate])
+            resolved = candidate
+        return resolved
+
+    def is_symlink(self, path: str) -> bool:
+        """Whether ``path`` is one of the host's symlinks."""
+        return posixpath.normpath(path) in self.symlinks
+
+    def is_shared_directory(self, path: str) -> bool:
+        """The directories named ``shared`` (``/tmp`` by default)."""
+        return path in self.shared
 
     def gitdir_pointer(self, path: str) -> str | None:
         """The git dir a ``.git`` file names."""

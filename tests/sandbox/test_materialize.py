@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from executor.errors import InvalidParams
+from executor.errors import InvalidParams, SandboxUnavailable
 from executor.sandbox.intent import Access, NetworkMode, parse_sandbox
 from executor.sandbox.materialize import Purpose, materialize
 from executor.sandbox.rules import Feature, PathKind, RuleOrigin, RuleSet
@@ -352,3 +352,83 @@ def test_legacy_workspace_write_with_writable_roots() -> None:
     for root in ("/ws", "/opt", "/tmp"):
         for name in PROTECTED:
             assert result.access_of(f"{root}/{name}/x") is Access.READ, (root, name)
+
+
+# --- the ground under protected metadata (issue 11, class 4) ---------------------------------
+
+NESTED = FakeHost(dirs=["/tmp/box/ws/.git", "/tmp/box/other", "/home/u/.ssh"])
+WORKSPACE_WRITE = managed(
+    special("root", "read"), special("project_roots", "write"), special("slash_tmp", "write")
+)
+
+
+def test_workspace_and_directories_up_to_a_writable_parent_are_pinned() -> None:
+    """/tmp/box/ws under the writable /tmp: ws and box are pinned; /tmp itself, whose parent
+    is read-only, needs no pin (it cannot be moved anyway)."""
+    result = rules(context(WORKSPACE_WRITE, cwd="/tmp/box/ws", roots=("/tmp/box/ws",)), NESTED)
+    assert result.pinned == ("/tmp/box", "/tmp/box/ws")
+    assert result.pins_below("/tmp/box") and result.pins_below("/tmp")
+    assert not result.pins_below("/tmp/box/other")
+
+
+def test_a_workspace_in_a_read_only_parent_needs_no_pin() -> None:
+    result = rules(context(WORKSPACE_WRITE, cwd="/ws", roots=("/ws",)))
+    assert result.pinned == ()
+
+
+def test_protected_names_apply_at_every_pinned_level() -> None:
+    """A .git planted in the workspace's parent would be found by git on the host."""
+    result = rules(context(WORKSPACE_WRITE, cwd="/tmp/box/ws", roots=("/tmp/box/ws",)), NESTED)
+    for directory in ("/tmp", "/tmp/box", "/tmp/box/ws"):
+        for name in PROTECTED:
+            assert result.access_of(f"{directory}/{name}") is Access.READ, (directory, name)
+    assert result.access_of("/tmp/box/other/.git") is Access.WRITE  # not on the way to a root
+
+
+def test_extra_protected_names_from_the_request() -> None:
+    """``protected_names`` (an executor extension) adds names; single components only."""
+    permissions = managed(special("root", "read"), special("project_roots", "write"))
+    permissions["file_system"]["protected_names"] = [".vscode", ".mcp.json"]
+    result = rules(context(permissions, cwd="/ws", roots=("/ws",)))
+    assert result.access_of("/ws/.vscode/tasks.json") is Access.READ
+    assert result.access_of("/ws/.mcp.json") is Access.READ
+    assert result.access_of("/ws/.git") is Access.READ  # the built-in names stay
+    for bad in (["a/b"], [".."], [""], "not-a-list", [1]):
+        permissions["file_system"]["protected_names"] = bad
+        with pytest.raises(InvalidParams, match="protected_names"):
+            rules(context(permissions, cwd="/ws", roots=("/ws",)))
+
+
+def test_a_symlink_planted_in_a_writable_directory_grants_nothing() -> None:
+    """``ws2 -> /home/u/.ssh`` in the writable /tmp: a later request for ws2 is refused."""
+    host = FakeHost(dirs=["/tmp/box", "/home/u/.ssh"], symlinks={"/tmp/box/ws2": "/home/u/.ssh"})
+    with pytest.raises(SandboxUnavailable, match="symlink /tmp/box/ws2"):
+        rules(context(WORKSPACE_WRITE, cwd="/tmp/box/ws2", roots=("/tmp/box/ws2",)), host)
+    # Also when this request's rules do not write /tmp: others could have planted it there.
+    only_roots = managed(special("root", "read"), special("project_roots", "write"))
+    with pytest.raises(SandboxUnavailable, match="symlink /tmp/box/ws2"):
+        rules(context(only_roots, cwd="/tmp/box/ws2", roots=("/tmp/box/ws2",)), host)
+
+
+def test_a_symlink_in_a_directory_no_sandbox_can_write_is_followed() -> None:
+    """``/srv/proj -> /data/proj`` made by the operator: the rules use the real path."""
+    host = FakeHost(dirs=["/srv", "/data/proj"], symlinks={"/srv/proj": "/data/proj"})
+    only_roots = managed(special("root", "read"), special("project_roots", "write"))
+    result = rules(context(only_roots, cwd="/srv/proj", roots=("/srv/proj",)), host)
+    assert result.access_of("/data/proj/f") is Access.WRITE
+
+
+def test_a_symlinked_protected_name_is_pinned_and_never_widens_access() -> None:
+    """``ws/.git -> /home/u/.ssh`` (planted): the link is pinned, the denied target stays
+    denied; ``ws/.git -> ws/real-git`` keeps its target read-only."""
+    host = FakeHost(
+        dirs=["/ws/real-git", "/home/u/.ssh"],
+        symlinks={"/ws/.git": "/home/u/.ssh", "/ws/.codex": "/ws/real-git"},
+    )
+    permissions = managed(
+        special("root", "read"), special("project_roots", "write"), path("/home/u/.ssh", "deny")
+    )
+    result = rules(context(permissions, cwd="/ws", roots=("/ws",)), host)
+    assert "/ws/.git" in result.pinned and "/ws/.codex" in result.pinned
+    assert result.access_of("/home/u/.ssh/id") is Access.DENY
+    assert result.access_of("/ws/real-git/config") is Access.READ
