@@ -8,6 +8,7 @@ import errno
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -262,3 +263,48 @@ def test_fresh_proc_hides_host_processes(session: WsClient, ws: Path) -> None:
     assert out[0] == b"2"
     assert int(out[1]) <= 4
     assert os.getpid() > 2
+
+
+def test_another_sessions_terminal_is_out_of_reach(daemon: RunningDaemon, ws: Path) -> None:
+    """Session A runs a `tty:true` shell (its pty lives in the host's /dev/pts); a sandboxed
+    command of session B cannot open it, while A's terminal keeps working."""
+    other = daemon.session()
+    try:
+        other.request(
+            "process/start",
+            {
+                "processId": "victim",
+                "argv": ["/bin/sh", "-c", "tty; read line; echo got:$line"],
+                "cwd": f"file://{ws}",
+                "env": {"PATH": "/usr/bin:/bin"},
+                "tty": True,
+            },
+        )
+        name = ""
+        deadline = time.monotonic() + 10
+        while "/dev/pts/" not in name and time.monotonic() < deadline:
+            chunk = other.request("process/read", {"processId": "victim", "waitMs": 500})
+            name += "".join(base64.b64decode(c["chunk"]).decode() for c in chunk["chunks"])
+        tty_name = name.strip().splitlines()[0]
+        assert tty_name.startswith("/dev/pts/")
+        session = daemon.session()
+        try:
+            probe = (
+                "import os, sys\n"
+                "try:\n"
+                "    os.close(os.open(sys.argv[1], os.O_RDWR | os.O_NOCTTY)); print('opened')\n"
+                "except OSError as exc:\n"
+                "    print('refused', exc.errno)\n"
+            )
+            start(session, ws, ["python3", "-I", "-c", probe, tty_name])
+            text = output_of(session.process_events("p")).decode()
+            assert text.strip() == f"refused {errno.ENOENT}", text
+        finally:
+            session.close()
+        other.request(
+            "process/write",
+            {"processId": "victim", "chunk": base64.b64encode(b"hi\n").decode(), "writeId": "w"},
+        )
+        assert "got:hi" in output_of(other.process_events("victim"), "pty").decode()
+    finally:
+        other.close()
