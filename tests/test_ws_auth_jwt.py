@@ -26,6 +26,7 @@ from executor.transports.auth import (
     IMMATURE_JWT,
     INVALID_HEADER,
     INVALID_JWT,
+    MAX_TOKEN_CHARS,
     MISSING,
     WRONG_AUDIENCE,
     WRONG_ISSUER,
@@ -51,6 +52,32 @@ def jwt(
     body = _b64url(json.dumps(claims).encode())
     signature = hmac.new(secret, f"{head}.{body}".encode(), hashlib.sha256).digest()
     return f"{head}.{body}.{_b64url(signature)}"
+
+
+def raw_jws(header: bytes, body: bytes, *, secret: bytes = SECRET) -> str:
+    """A compact JWS of exactly these JSON bytes (json.dumps cannot write some hostile ones)."""
+    signing_input = f"{_b64url(header)}.{_b64url(body)}"
+    signature = hmac.new(secret, signing_input.encode(), hashlib.sha256).digest()
+    return f"{signing_input}.{_b64url(signature)}"
+
+
+HS256 = b'{"alg":"HS256","typ":"JWT"}'
+HUGE_INT = b"9" * 5000  # beyond Python's 4,300-digit int parsing limit: ValueError
+DEEP = b"[" * 5000  # beyond the JSON parser's recursion limit: RecursionError
+WRONG_SECRET = b"another-secret-of-at-least-32-bytes"
+
+#: Tokens whose parse raised in the hand-written parser (before the signature was checked),
+#: each with the right and a wrong signature; every one must be a plain 401.
+HOSTILE = {
+    f"{name}-{signed}": raw_jws(header, body, secret=SECRET if signed == "signed" else WRONG_SECRET)
+    for name, header, body in [
+        ("huge-int-claim", HS256, b'{"exp":' + HUGE_INT + b"}"),
+        ("deep-claims", HS256, b'{"exp":1,"x":' + DEEP + b"}"),
+        ("huge-int-header", b'{"alg":"HS256","n":' + HUGE_INT + b"}", b'{"exp":1}'),
+        ("deep-header", b'{"alg":"HS256","x":' + DEEP + b"}", b'{"exp":1}'),
+    ]
+    for signed in ("signed", "wrong-secret")
+}
 
 
 def checker(**options: Any) -> SignedBearerToken:
@@ -113,6 +140,25 @@ VALID = {"exp": NOW + 60, "iss": "executor-tests", "aud": "devbox"}
 )
 def test_the_jwt_rules(token: str, refusal: str | None) -> None:
     assert checker().refusal(f"Bearer {token}") == refusal
+
+
+@pytest.mark.parametrize("token", HOSTILE.values(), ids=HOSTILE.keys())
+def test_hostile_json_is_an_invalid_jwt_not_an_exception(token: str) -> None:
+    assert len(token) <= MAX_TOKEN_CHARS  # reaches the parser: not refused by the size bound
+    assert checker().refusal(f"Bearer {token}") == INVALID_JWT
+
+
+def test_a_token_beyond_the_size_bound_is_refused_unparsed() -> None:
+    padded = jwt({**VALID, "pad": "x" * MAX_TOKEN_CHARS})
+    assert checker().refusal(f"Bearer {padded}") == INVALID_JWT
+    fits = jwt({**VALID, "pad": "x" * (MAX_TOKEN_CHARS // 2)})
+    assert checker().refusal(f"Bearer {fits}") is None
+
+
+def test_a_secret_pyjwt_would_refuse_stops_startup() -> None:
+    pem = b"-----BEGIN PUBLIC KEY-----\n" + b"A" * 64 + b"\n-----END PUBLIC KEY-----"
+    with pytest.raises(ConfigError, match="unusable signed websocket bearer secret"):
+        SignedBearerToken(pem)
 
 
 @pytest.mark.parametrize(
@@ -199,6 +245,23 @@ def test_an_expired_jwt_gets_401(daemon: RunningDaemon) -> None:
         daemon.url, "GET", "/", upgrade_headers({"Authorization": f"Bearer {token}"})
     )
     assert (answer.status, answer.body.decode()) == (401, EXPIRED_JWT)
+
+
+def test_hostile_tokens_get_401_and_the_daemon_keeps_serving(daemon: RunningDaemon) -> None:
+    for name, token in HOSTILE.items():
+        answer = http_request(
+            daemon.url, "GET", "/", upgrade_headers({"Authorization": f"Bearer {token}"})
+        )
+        assert (name, answer.status, answer.body.decode()) == (name, 401, INVALID_JWT)
+    good = jwt({**VALID, "exp": int(time.time()) + 60})
+    client = WsClient(daemon.url, additional_headers={"Authorization": f"Bearer {good}"})
+    try:
+        client.initialize("after-hostile-tokens")
+    finally:
+        client.close()
+    log = daemon.log()
+    assert log.count("refused a WebSocket upgrade from") == len(HOSTILE), log
+    assert "Traceback" not in log, log
 
 
 def test_a_short_secret_stops_the_daemon_with_a_clear_message(tmp_path: Path) -> None:

@@ -9,7 +9,9 @@ depends on the mode:
 * ``signed-bearer-token``: a JWT signed with HS256 under the secret in
   ``--ws-shared-secret-file`` (trimmed, at least 32 bytes). ``exp`` is required, ``nbf`` is
   honoured, both with ``--ws-max-clock-skew-seconds`` of leeway (default 30); ``iss`` and
-  ``aud`` must match ``--ws-issuer`` / ``--ws-audience`` when those are given.
+  ``aud`` must match ``--ws-issuer`` / ``--ws-audience`` when those are given. Parsing
+  and the signature check are PyJWT's; a token longer than ``MAX_TOKEN_CHARS`` or one
+  that does not parse (huge integers, deep nesting) is refused like any other bad token.
 
 Answers and their order follow the reference (observed on v0.169.0): the scheme is
 case-insensitive, only the first ``Authorization`` header counts, and a failure is a 401
@@ -18,17 +20,17 @@ whose ``text/plain`` body names what went wrong. ``/readyz`` stays open.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import hmac
-import json
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
+
+import jwt
+from jwt.algorithms import HMACAlgorithm
 
 from executor.errors import ConfigError
 
@@ -39,6 +41,7 @@ __all__ = [
     "INVALID_HEADER",
     "INVALID_JWT",
     "INVALID_TOKEN",
+    "MAX_TOKEN_CHARS",
     "MISSING",
     "WRONG_AUDIENCE",
     "WRONG_ISSUER",
@@ -60,8 +63,10 @@ WRONG_AUDIENCE: Final = "websocket jwt audience mismatch"
 
 DEFAULT_MAX_CLOCK_SKEW: Final = 30
 _MIN_SHARED_SECRET: Final = 32
+#: Longest bearer JWT parsed (characters). Ours are a few hundred; the bound keeps the
+#: JSON that is parsed before the signature is known (the header) small.
+MAX_TOKEN_CHARS: Final = 8 * 1024
 _HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
-_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
 
 
 class Authenticator(Protocol):
@@ -122,13 +127,28 @@ class CapabilityToken:
 @dataclass(frozen=True, slots=True)
 class SignedBearerToken:
     """Accepts an unexpired HS256 JWT signed with ``secret`` (and naming ``issuer`` and
-    ``audience`` when those are set)."""
+    ``audience`` when those are set).
+
+    The JWS layer — splitting, base64url, the JSON of header and claims, the ``alg``
+    allow-list and the constant-time signature check — is PyJWT's: those are the sharp
+    edges. The claim rules stay here because they follow the reference, not PyJWT's
+    defaults (which coerce ``"123"`` and ``1.5`` to whole seconds, treat ``exp == now -
+    leeway`` as expired, check ``nbf`` before ``exp`` and refuse an unrequested ``aud``).
+    """
 
     secret: bytes
     issuer: str | None = None
     audience: str | None = None
     max_clock_skew: int = DEFAULT_MAX_CLOCK_SKEW
     clock: Callable[[], float] = field(default=time.time, compare=False)
+
+    def __post_init__(self) -> None:
+        # PyJWT refuses HMAC secrets that look like PEM/SSH/DER keys or a JWK; say so at
+        # startup instead of refusing every token later.
+        try:
+            HMACAlgorithm(HMACAlgorithm.SHA256).prepare_key(self.secret)
+        except jwt.InvalidKeyError as exc:
+            raise ConfigError(f"unusable signed websocket bearer secret: {exc}") from None
 
     @classmethod
     def from_file(cls, path: str, **options: Any) -> SignedBearerToken:
@@ -163,37 +183,36 @@ class SignedBearerToken:
         return None
 
     def _verified_claims(self, token: str) -> dict[str, Any] | None:
-        """The claims of a well-formed, HS256-signed token with valid claim types; else None."""
-        parts = token.split(".")
-        if len(parts) != 3 or not all(_BASE64URL.fullmatch(part) for part in parts):
+        """The claims of a well-formed, HS256-signed token with valid claim types; else None.
+
+        The token is size-bounded before anything parses it, and every failure of the
+        parse — including ``ValueError`` from a 5,000-digit integer and ``RecursionError``
+        from deep nesting, which older PyJWT releases let through — is a refusal, never
+        an exception out of the handshake.
+        """
+        if len(token) > MAX_TOKEN_CHARS or not token.isascii():
             return None
-        header, claims = _json_object(parts[0]), _json_object(parts[1])
-        if header is None or claims is None or header.get("alg") != "HS256":
-            return None
-        signed = f"{parts[0]}.{parts[1]}".encode("ascii")
-        expected = hmac.new(self.secret, signed, hashlib.sha256).digest()
-        signature = _unbase64url(parts[2])
-        if signature is None or not hmac.compare_digest(signature, expected):
+        try:
+            # PyJWT checks the signature, then parses the claims; the claim rules are ours.
+            claims = jwt.decode(
+                token,
+                self.secret,
+                algorithms=["HS256"],
+                options={
+                    "verify_signature": True,
+                    "verify_exp": False,
+                    "verify_nbf": False,
+                    "verify_iat": False,
+                    "verify_iss": False,
+                    "verify_aud": False,
+                    "verify_sub": False,
+                    "verify_jti": False,
+                    "require": [],
+                },
+            )
+        except (jwt.PyJWTError, ValueError, RecursionError):
             return None
         return claims if _claim_types_valid(claims) else None
-
-
-def _unbase64url(text: str) -> bytes | None:
-    try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError):
-        return None
-
-
-def _json_object(text: str) -> dict[str, Any] | None:
-    raw = _unbase64url(text)
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _is_timestamp(value: object) -> bool:
