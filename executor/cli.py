@@ -14,6 +14,7 @@ from executor.errors import ConfigError, ExecutorError
 from executor.http.policy import DEFAULT_MAX_BUFFERED_BYTES, HttpPolicy
 from executor.logs import configure_logging
 from executor.process import ProcessLimits
+from executor.sandbox.limits import DEFAULT_LIMITS_TEXT, default_limits, parse_assignment
 from executor.transports.websocket import WebSocketOptions
 
 __all__ = ["main"]
@@ -33,6 +34,13 @@ def _count(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
+
+
+def _limit(text: str) -> tuple[str, int | None]:
+    try:
+        return parse_assignment(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _non_negative(text: str) -> int:
@@ -138,6 +146,26 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=2.0,
         metavar="SECONDS",
         help="SIGTERM-to-SIGKILL grace when sessions expire or the daemon stops",
+    )
+    defaults = ", ".join(f"{name}={value}" for name, value in DEFAULT_LIMITS_TEXT.items())
+    defaults = defaults.replace("%", "%%")  # help strings are %-formatted
+    sandboxed = serve.add_argument_group(
+        "sandboxed commands",
+        "Resource limits of every sandboxed command (a client's request carries none). Enforced"
+        " with cgroups where the executor can create them, with rlimits otherwise; `executor"
+        " doctor` shows which, per limit.",
+    )
+    sandboxed.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        type=_limit,
+        metavar="NAME=VALUE",
+        help="change one limit; repeatable. NAME: processes (tasks of the command's tree,"
+        " threads included), memory (bytes such as 512MiB or 4GiB, or a share of RAM such as"
+        " 50%%), open_files (per process), file_size (bytes, per file), cpu_time (seconds, or"
+        f" 90s, 10m, 2h; per process). VALUE `unlimited` lifts one. Defaults: {defaults};"
+        " file_size and cpu_time unlimited",
     )
     ws = serve.add_argument_group("WebSocket")
     ws.add_argument(
@@ -359,6 +387,7 @@ def _serve(args: argparse.Namespace) -> int:
             stop_grace=args.stop_grace,
         ),
         http=_http_policy(args),
+        sandbox_limits=default_limits().replace(**dict(args.limit)),
     )
     options = WebSocketOptions(
         max_frame_bytes=args.max_frame_bytes,

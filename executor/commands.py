@@ -12,6 +12,7 @@ from executor.errors import ProfileError, SandboxUnavailable
 from executor.sandbox.api import BackendStatus, Command, HostInfo, SandboxBackend
 from executor.sandbox.host import LocalHost, state_directory
 from executor.sandbox.intent import Access
+from executor.sandbox.limits import default_limits
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.sandbox.materialize import MAX_SCAN_DEPTH, Purpose, materialize
 from executor.sandbox.profiles import Profile, ProfileLibrary, default_library, load_file
@@ -26,7 +27,9 @@ def _manager() -> SandboxManager:
 
 
 def _roots(args: argparse.Namespace) -> tuple[str, ...]:
-    return tuple(os.path.realpath(path) for path in (args.workspace or []))
+    # Absolute, but not resolved: the core resolves symlinks itself and refuses one that a
+    # sandboxed command could have planted, which it could not see in a resolved path.
+    return tuple(os.path.abspath(path) for path in (args.workspace or []))
 
 
 def profile_list(args: argparse.Namespace) -> int:
@@ -56,10 +59,10 @@ def _library_dirs() -> list[str]:
 def _rules_for(
     profile: Profile, roots: tuple[str, ...], cwd: str, network: bool | None
 ) -> RuleSet | None:
+    from dataclasses import replace
+
     intent = profile.intent(workspace_roots=roots, cwd=cwd)
     if network is not None and profile.permissions.file_system is not None:
-        from dataclasses import replace
-
         from executor.sandbox.intent import NetworkMode
 
         intent = replace(
@@ -70,9 +73,10 @@ def _rules_for(
             ),
         )
     host = LocalHost(hidden_paths=(state_directory(),), cwd=cwd)
-    return materialize(
+    rules = materialize(
         intent, host, purpose=Purpose.PROCESS, process_cwd=cwd, child_env=dict(os.environ)
     )
+    return None if rules is None else replace(rules, limits=profile.limits)
 
 
 def profile_explain(args: argparse.Namespace) -> int:
@@ -87,6 +91,7 @@ def profile_explain(args: argparse.Namespace) -> int:
         return 0
     print(f"policy cwd: {rules.policy_cwd}")
     print(f"network: {rules.network}")
+    print(f"limits: {rules.limits.summary()}")
     if not rules.filesystem_restricted:
         print("filesystem: unrestricted")
     else:
@@ -232,6 +237,10 @@ def doctor(args: argparse.Namespace) -> int:
         if status.available:
             for key, value in sorted(status.details.items()):
                 print(f"{backend.name}.{key}: {value}")
+    print(
+        f"limits of every sandboxed command: {default_limits().summary()}"
+        " (the daemon's defaults; `serve --limit` changes them, profiles set their own)"
+    )
     workspace = os.path.realpath(args.workspace[0]) if args.workspace else os.getcwd()
     failures = 0
     for profile in default_library():

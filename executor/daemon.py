@@ -17,6 +17,7 @@ from executor.protocol.messages import Capabilities
 from executor.router import Route, build_routes
 from executor.sandbox.confine import SandboxConfinement
 from executor.sandbox.host import LocalHost, state_directory
+from executor.sandbox.limits import ResourceLimits, default_limits
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.session import DEFAULT_SESSION_TTL, Session, SessionRegistry
 from executor.spawn.spawner import Spawner
@@ -46,6 +47,8 @@ class DaemonConfig:
     state_dir: str = field(default_factory=state_directory)
     #: What ``http/request`` may do (enabled, no ``valueEnvVar``, any host, by default).
     http: HttpPolicy = field(default_factory=HttpPolicy)
+    #: Resource limits of every sandboxed command (wire requests carry none).
+    sandbox_limits: ResourceLimits = field(default_factory=default_limits)
 
     def capabilities(self) -> Capabilities:
         """``IMPLEMENTED``, plus what this configuration turns on."""
@@ -78,7 +81,7 @@ class Daemon:
             get_plugin_manager(blocked=(*config.blocked_plugins, *blocked_from_env()))
         )
         self.confinement: Confinement = confinement or SandboxConfinement(
-            self.sandbox, self.host_view
+            self.sandbox, self.host_view, config.sandbox_limits
         )
         self.counter = LiveProcessCounter(config.process.max_total)
         self.environment = describe_host(capabilities or config.capabilities())

@@ -69,7 +69,9 @@ def _sandbox_context(request: RunRequest) -> dict[str, object] | None:
 def confine(request: RunRequest, manager: SandboxManager | None = None) -> ConfinedCommand:
     """Resolve and confine the command as the daemon would (raises to refuse)."""
     manager = manager or SandboxManager(get_plugin_manager(blocked_from_env()))
-    confinement = SandboxConfinement(manager, LocalHost(hidden_paths=(state_directory(),)))
+    confinement = SandboxConfinement(
+        manager, LocalHost(hidden_paths=(state_directory(),)), limits=request.profile.limits
+    )
     env = dict(os.environ)
     try:
         executable = envpolicy.find_program(request.argv[0], env, env)

@@ -31,6 +31,7 @@ from executor.sandbox.api import (
 )
 from executor.sandbox.hookspecs import ENTRY_POINT_GROUP, hookimpl, hookspec
 from executor.sandbox.intent import Access, NetworkMode, SandboxIntent
+from executor.sandbox.limits import ResourceLimits
 from executor.sandbox.rules import Feature, PathKind, PathRule, RuleOrigin, RuleSet
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "NetworkMode",
     "PathKind",
     "PathRule",
+    "ResourceLimits",
     "RuleOrigin",
     "RuleSet",
     "SandboxBackend",

@@ -23,6 +23,7 @@ from executor.sandbox.intent import (
     parse_network_intent,
     parse_sandbox,
 )
+from executor.sandbox.limits import ResourceLimits, default_limits
 from executor.sandbox.manager import SandboxManager
 from executor.sandbox.materialize import HostView, Purpose, materialize
 from executor.sandbox.rules import RuleSet
@@ -62,19 +63,26 @@ def plan_command(
 class SandboxConfinement:
     """The ``Confinement`` of the daemon: enforce sandbox intent or refuse it."""
 
-    def __init__(self, manager: SandboxManager, host: HostView) -> None:
+    def __init__(
+        self, manager: SandboxManager, host: HostView, limits: ResourceLimits | None = None
+    ) -> None:
         self.manager = manager
         self.host = host
+        #: What every sandboxed command gets: a wire request carries no limits of its own.
+        self.limits = limits if limits is not None else default_limits()
 
     def rules_for(self, intent: SandboxIntent, command: Command) -> RuleSet | None:
         """Materialized rules of ``intent`` for ``command`` (None: sandbox disabled)."""
-        return materialize(
+        rules = materialize(
             intent,
             self.host,
             purpose=Purpose.PROCESS,
             process_cwd=command.cwd,
             child_env=command.env,
         )
+        if rules is None or rules.limits == self.limits:
+            return rules
+        return replace(rules, limits=self.limits)
 
     def confine(self, params: StartParams, command: SpawnRequest) -> ConfinedCommand:
         """Decide how ``command`` runs; raises ``SandboxUnavailable`` to refuse it."""

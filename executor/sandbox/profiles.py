@@ -5,6 +5,8 @@ A profile file is the human form of a permission profile (sandbox.md §1.7)::
     description = "Read everything; write the workspace, /tmp and $TMPDIR; no network."
     extends = "read-only"          # optional: start from another profile
     glob_scan_max_depth = 4        # optional
+    protected_names = [".vscode"]  # optional: kept read-only under every writable root (and
+                                   # uncreatable), beyond .git .agents .codex .aws (always)
 
     [filesystem]
     ":root" = "read"               # :root :minimal :tmpdir :slash_tmp, absolute paths, ~/paths
@@ -20,10 +22,19 @@ A profile file is the human form of a permission profile (sandbox.md §1.7)::
     [network]
     enabled = false
 
+    [limits]                         # optional: caps per command (executor.sandbox.limits)
+    processes = 2048                 # tasks, threads included
+    memory = "50%"                   # bytes, "4GiB", or a share of physical memory
+    open_files = 65536
+    file_size = "unlimited"          # bytes or "unlimited"
+    cpu_time = "unlimited"           # seconds ("90s", "10m") or "unlimited"
+
 ``type = "disabled"`` turns sandboxing off (``danger-full-access``). A profile compiles to the
 wire form of a permission profile and is parsed by the same code as a client's request, so
-there is one model and one set of rules. Validation is strict: unknown keys, bad access
-values, non-deny globs and cycles in ``extends`` are errors naming the file and key path.
+there is one model and one set of rules. ``[limits]`` is not part of the wire form (a client
+sends none): keys it leaves out keep the daemon's defaults, and ``extends`` merges it key by
+key. Validation is strict: unknown keys, bad access values, non-deny globs, bad limits and
+cycles in ``extends`` are errors naming the file and key path.
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
@@ -44,6 +55,7 @@ from executor.sandbox.intent import (
     SandboxIntent,
     parse_permissions,
 )
+from executor.sandbox.limits import LIMIT_NAMES, ResourceLimits, default_limits, parse_limits
 from executor.sandbox.rules import glob_has_magic
 
 __all__ = ["Profile", "ProfileLibrary", "default_library", "load_file"]
@@ -63,6 +75,8 @@ _TOP_KEYS: Final = {
     "glob_scan_max_depth",
     "filesystem",
     "network",
+    "limits",
+    "protected_names",
 }
 _TYPES: Final = ("managed", "disabled", "external")
 
@@ -77,6 +91,8 @@ class Profile:
     permissions: Permissions
     #: The wire form it compiles to (``PermissionProfile``, snake_case).
     wire: dict[str, Any]
+    #: Resource limits of each command run under it (``executor run``).
+    limits: ResourceLimits = field(default_factory=default_limits)
 
     def intent(
         self, *, workspace_roots: tuple[str, ...] = (), cwd: str | None = None
@@ -125,6 +141,8 @@ def load_file(path: Path) -> _Raw:
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         raise _fail(source, unknown[0], f"unknown key (known: {', '.join(sorted(_TOP_KEYS))})")
+    if "limits" in data:
+        _limits(data["limits"], source)  # here, so that an error names the file that has it
     return _Raw(path.stem, source, data)
 
 
@@ -162,12 +180,16 @@ class ProfileLibrary:
         description = merged.get("description", "")
         if not isinstance(description, str):
             raise _fail(raw.source, "description", "must be a string")
+        if "limits" in merged and wire["type"] == "disabled":
+            raise _fail(raw.source, "limits", 'a profile of type "disabled" runs unconfined')
+        limits = default_limits().replace(**_limits(merged.get("limits", {}), raw.source))
         return Profile(
             name=raw.name,
             description=description,
             source=raw.source,
             permissions=permissions,
             wire=wire,
+            limits=limits,
         )
 
     def _merge(self, raw: _Raw, chain: list[str]) -> dict[str, Any]:
@@ -210,6 +232,14 @@ def _to_wire(data: dict[str, Any], source: str) -> dict[str, Any]:
         if type(depth) is not int or depth <= 0:
             raise _fail(source, "glob_scan_max_depth", "must be a positive integer")
         fs["glob_scan_max_depth"] = depth
+    names = data.get("protected_names")
+    if names is not None:
+        if not isinstance(names, list) or not all(
+            isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+            for name in names
+        ):
+            raise _fail(source, "protected_names", "must be a list of file names (no '/')")
+        fs["protected_names"] = names
     return {"type": "managed", "file_system": fs, "network": network}
 
 
@@ -223,6 +253,19 @@ def _network(table: Any, source: str) -> str:
     if type(enabled) is not bool:
         raise _fail(source, "network.enabled", "must be true or false")
     return "enabled" if enabled else "restricted"
+
+
+def _limits(table: Any, source: str) -> dict[str, int | None]:
+    if not isinstance(table, dict):
+        raise _fail(source, "limits", "must be a table")
+    try:
+        return parse_limits(table)
+    except KeyError as exc:
+        known = ", ".join(LIMIT_NAMES)
+        raise _fail(source, f"limits.{exc.args[0]}", f"unknown key (known: {known})") from None
+    except ValueError as exc:
+        key, _, message = str(exc).partition(": ")
+        raise _fail(source, f"limits.{key}", message) from None
 
 
 def _access(value: Any, source: str, key: str) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from executor.sandbox.intent import Access, NetworkMode
+from executor.sandbox.limits import ResourceLimits, default_limits
 
 __all__ = [
     "Feature",
@@ -96,7 +97,15 @@ class RuleSet:
     policy_cwd: str = "/"
     #: The client asked for Landlock only (no namespaces); honoured or refused, never ignored.
     landlock_only: bool = False
+    #: Paths that must not be moved, removed or replaced while the command runs: the
+    #: workspace roots and every directory between them and a writable parent, and protected
+    #: names that are symlinks. The rules were derived from what these paths are now; a
+    #: command that could rename one could swap the ground under the next command's rules.
+    pinned: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    #: Caps on the command's resources (every sandboxed command gets them): the daemon's
+    #: defaults unless its caller sets others (``serve --limit``, a profile's ``[limits]``).
+    limits: ResourceLimits = field(default_factory=default_limits)
 
     @cached_property
     def _by_path(self) -> dict[str, PathRule]:
@@ -140,6 +149,10 @@ class RuleSet:
         if rule.path == "/":
             return None
         return self.rule_for(posixpath.dirname(rule.path))
+
+    def pins_below(self, path: str) -> bool:
+        """Whether ``path`` is pinned or holds a pinned path (moving it would move a pin)."""
+        return any(is_within(pin, path) for pin in self.pinned)
 
     def roots(self, access: Access) -> Iterator[PathRule]:
         """Rules granting exactly ``access``, shallowest first."""
