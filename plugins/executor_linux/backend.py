@@ -23,6 +23,7 @@ from executor.sandbox import (
 from executor_linux import plan, seccomp_policy
 from executor_linux.placeholders import Placeholders
 from executor_linux.probe import HostSupport, host_support
+from executor_linux.resources import chain, limit_mechanisms, plan_limits
 
 __all__ = ["LinuxBackend"]
 
@@ -67,7 +68,10 @@ class LinuxBackend:
             available=True,
             features=frozenset(features),
             missing=missing,
-            details=_details(support),
+            details={
+                **_details(support),
+                **limit_mechanisms(user_namespace=support.namespaces and support.user_namespace),
+            },
         )
 
     def prepare(self, rules: RuleSet, command: Command) -> LaunchPlan:
@@ -83,6 +87,12 @@ class LinuxBackend:
             raise SandboxUnavailable(
                 "read-only or denied paths inside a granted tree need a private mount namespace, "
                 f"and the linux backend cannot use one here ({why})"
+            )
+        if not use_namespaces and rules.pinned:
+            raise SandboxUnavailable(
+                f"{rules.pinned[0]} must stay where it is while the command runs (a workspace "
+                "root, or a directory above one, inside a writable tree); that needs a private "
+                "mount namespace, and the linux backend cannot use one here"
             )
         restricted = rules.network is NetworkMode.RESTRICTED
         lock_metadata = rules.filesystem_restricted and not use_namespaces
@@ -112,14 +122,16 @@ class LinuxBackend:
             kinds += ["mount", "pid", "ipc"] + (["net"] if restricted else [])
             layers.append(f"namespaces({','.join(kinds)})")
             if mounts is not None:
-                layers.append("mounts")
+                layers.append("mounts(private-dev,pins)" if rules.pinned else "mounts(private-dev)")
                 release = (
                     self.placeholders.acquire(mounts.placeholders) if mounts.placeholders else None
                 )
         layers.append("no_new_privs")
         private_shm = bool(mounts and mounts.private_shm)
         ruleset = (
-            plan.landlock_plan(rules, support.landlock_abi, private_shm=private_shm)
+            plan.landlock_plan(
+                rules, support.landlock_abi, private_shm=private_shm, private_dev=mounts is not None
+            )
             if support.landlock_abi
             else None
         )
@@ -138,6 +150,11 @@ class LinuxBackend:
             if on
         ]
         layers.append(f"seccomp({','.join(seccomp_modes)})" if seccomp_modes else "seccomp")
+        # Last, so that no refusal above can leak the command's cgroups; applied first.
+        limits = plan_limits(rules.limits, user_namespace=use_namespaces and support.user_namespace)
+        payload["limits"] = limits.payload
+        layers.insert(0, limits.layer)
+        release = chain(limits.release, release)
         return LaunchPlan(
             sandbox_type=SandboxType.LINUX_SECCOMP,
             executable=command.executable,

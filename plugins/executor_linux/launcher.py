@@ -3,6 +3,8 @@
 Called by the launcher server as ``run(payload, ctx)`` (see ``executor/spawn/child.py``).
 Layers, in this order:
 
+0. **limits**, before anything else: join the command's cgroups, lower its rlimits
+   (``rlimits.py``), so that every process the command becomes is counted and capped.
 1. **namespaces** (when the host allows them): user (if not root), mount, PID, IPC and, with
    the network off, network. The child then forks: PID 1 of the new namespace applies the
    **mounts** and forks the command, forwards signals to it and exits with its status (the
@@ -14,7 +16,7 @@ Layers, in this order:
 3. ``execve``.
 
 Any failure ends the child through ``ctx.fail(stage, errno)``: the start request fails with a
-message naming the layer, and nothing runs. Stages: ``namespaces``, ``mounts``,
+message naming the layer, and nothing runs. Stages: ``limits``, ``namespaces``, ``mounts``,
 ``landlock``, ``capabilities``, ``seccomp``.
 """
 
@@ -28,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from executor_linux import landlock, syscalls
+from executor_linux import landlock, rlimits, syscalls
 
 #: Signals PID 1 forwards to the command's process group.
 _FORWARDED = (
@@ -45,6 +47,7 @@ _ALL_SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKI
 
 def run(payload: dict[str, Any], ctx: Any) -> None:
     """Apply the layers described by ``payload`` and execute the command."""
+    ctx.run("limits", lambda: rlimits.enter(payload.get("limits")))  # first: see rlimits.py
     namespaces = payload.get("namespaces")
     if not namespaces:
         _exec_confined(payload, ctx)
@@ -72,12 +75,13 @@ def _enter_namespaces(spec: dict[str, Any]) -> None:
         syscalls.write_file("/proc/self/setgroups", "deny")
         syscalls.write_file("/proc/self/uid_map", f"{spec['uid']} {spec['uid']} 1")
         syscalls.write_file("/proc/self/gid_map", f"{spec['gid']} {spec['gid']} 1")
+        rlimits.in_user_namespace()  # RLIMIT_NPROC counts this sandbox only from here
 
 
 def _namespace_init(payload: dict[str, Any], ctx: Any) -> None:
     """PID 1 of the new namespaces: mounts, confine itself, spawn the command, relay."""
-    ctx.run("mounts", lambda: _apply_mounts(payload["mounts"], payload["namespaces"]))
     spec = ctx.spec
+    ctx.run("mounts", lambda: _apply_mounts(payload["mounts"], payload["namespaces"], spec.tty))
     # Confining PID 1 itself, then spawning the command with posix_spawn (vfork), saves a
     # fork of this Python process; the command inherits every layer. PID 1 only waits and
     # forwards signals afterwards, which the layers allow.
@@ -88,7 +92,7 @@ def _namespace_init(payload: dict[str, Any], ctx: Any) -> None:
             spec.executable,
             spec.argv,
             spec.env,
-            file_actions=_stdio_actions(spec.tty),
+            file_actions=_stdio_actions(spec.tty, payload["mounts"].get("private_dev", False)),
             setsid=True,
             setsigdef=_ALL_SIGNALS,
             setsigmask=(),
@@ -120,13 +124,15 @@ def _namespace_init(payload: dict[str, Any], ctx: Any) -> None:
             os._exit(_exit_code(status))
 
 
-def _stdio_actions(tty: bool) -> list[tuple[int | str, ...]]:
+def _stdio_actions(tty: bool, private_dev: bool) -> list[tuple[int | str, ...]]:
     """posix_spawn file actions: with a terminal, reopen it by name after ``setsid`` (glibc
-    runs ``setsid`` before the file actions), which makes it the controlling terminal."""
+    runs ``setsid`` before the file actions), which makes it the controlling terminal. In a
+    private ``/dev`` the terminal is bound at ``/dev/console`` (its host name is not there)."""
     if not tty:
         return []
+    name = _CONSOLE if private_dev else os.ttyname(0)
     return [
-        (os.POSIX_SPAWN_OPEN, 0, os.ttyname(0), os.O_RDWR, 0),
+        (os.POSIX_SPAWN_OPEN, 0, name, os.O_RDWR, 0),
         (os.POSIX_SPAWN_DUP2, 0, 1),
         (os.POSIX_SPAWN_DUP2, 0, 2),
     ]
@@ -168,16 +174,18 @@ def _mountinfo() -> list[tuple[str, bool]]:
     return found
 
 
-def _open_exact(path: str) -> int:
-    """An O_PATH descriptor of ``path`` that refuses any symlink on the way (no swaps)."""
+def _open_exact(path: str, *, link_ok: bool = False) -> int:
+    """An O_PATH descriptor of ``path`` that refuses any symlink on the way (no swaps); with
+    ``link_ok`` a symlink as the last component is the link itself (pins bind links too)."""
     import ctypes
     import struct
 
-    how = ctypes.create_string_buffer(struct.pack("=QQQ", os.O_PATH | os.O_CLOEXEC, 0, 0x04), 24)
+    flags = os.O_PATH | os.O_CLOEXEC | (os.O_NOFOLLOW if link_ok else 0)
+    how = ctypes.create_string_buffer(struct.pack("=QQQ", flags, 0, 0x04), 24)
     return syscalls.syscall(syscalls.NR_OPENAT2, syscalls.AT_FDCWD, os.fsencode(path), how, 24)
 
 
-def _apply_mounts(plan: dict[str, Any], namespaces: dict[str, Any]) -> None:
+def _apply_mounts(plan: dict[str, Any], namespaces: dict[str, Any], tty: bool) -> None:
     syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
     host_readonly = {point for point, readonly in _mountinfo() if readonly}
     operations = [tuple(op) for op in plan["operations"]]
@@ -193,12 +201,107 @@ def _apply_mounts(plan: dict[str, Any], namespaces: dict[str, Any]) -> None:
                     raise
     for op, path in operations:
         _mount_one(op, path, empty_file, host_readonly)
-    if plan.get("private_shm") and os.path.isdir("/dev/shm"):
+    if plan.get("private_dev"):
+        _private_dev(bool(plan.get("private_shm")), tty)
+    elif plan.get("private_shm") and os.path.isdir("/dev/shm"):
         flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
         syscalls.mount("tmpfs", "/dev/shm", "tmpfs", flags, "mode=1777")
     if namespaces.get("proc"):
         flags = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
         syscalls.mount("proc", "/proc", "proc", flags)
+        _mask_proc()
+
+
+# --- /dev and /proc ---------------------------------------------------------------------------
+
+#: The host devices the private /dev holds (each bound from the host's node).
+_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+_DEV_LINKS = (
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+    ("ptmx", "pts/ptmx"),
+)
+_CONSOLE = "/dev/console"
+#: /proc entries that show host-wide secrets or kernel internals: bound over by /dev/null
+#: (files) or an empty read-only tmpfs (directories), as container runtimes do.
+_PROC_MASKED_FILES = (
+    "/proc/keys",
+    "/proc/key-users",
+    "/proc/kcore",
+    "/proc/kallsyms",
+    "/proc/timer_list",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
+    "/proc/sysrq-trigger",
+)
+_PROC_MASKED_DIRS = ("/proc/acpi", "/proc/scsi", "/proc/asound")
+#: /proc entries that write kernel-wide settings: read-only.
+_PROC_READONLY = ("/proc/sys", "/proc/bus", "/proc/fs", "/proc/irq")
+
+
+def _private_dev(private_shm: bool, tty: bool) -> None:
+    """Replace /dev with a minimal one: the standard devices bound from the host, a private
+    devpts instance (its own ptys only), /dev/shm, the fd links and, for a command with a
+    terminal, that terminal at /dev/console. No other host device is reachable."""
+    keep = {name: os.open(f"/dev/{name}", os.O_PATH | os.O_CLOEXEC) for name in _DEVICES}
+    if tty:
+        # By name in this namespace: a bind's source must be a mount of this namespace, and
+        # the open descriptor's mount belongs to the parent's.
+        keep["console"] = os.open(os.ttyname(0), os.O_PATH | os.O_CLOEXEC)
+    shm = None if private_shm else os.open("/dev/shm", os.O_PATH | os.O_CLOEXEC)
+    try:
+        flags = syscalls.MS_NOSUID | syscalls.MS_NOEXEC
+        syscalls.mount("tmpfs", "/dev", "tmpfs", flags, "mode=0755,size=64k,nr_inodes=64")
+        for name, fd in keep.items():
+            node = f"/dev/{name}"
+            os.close(os.open(node, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666))
+            syscalls.mount(f"/proc/self/fd/{fd}", node, None, syscalls.MS_BIND)
+        os.mkdir("/dev/pts", 0o755)
+        flags = syscalls.MS_NOSUID | syscalls.MS_NOEXEC
+        syscalls.mount("devpts", "/dev/pts", "devpts", flags, "newinstance,ptmxmode=0666,mode=620")
+        os.mkdir("/dev/shm", 0o1777)
+        if shm is None:
+            flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
+            syscalls.mount("tmpfs", "/dev/shm", "tmpfs", flags, "mode=1777")
+        else:
+            syscalls.mount(
+                f"/proc/self/fd/{shm}", "/dev/shm", None, syscalls.MS_BIND | syscalls.MS_REC
+            )
+        for name, target in _DEV_LINKS:
+            os.symlink(target, f"/dev/{name}")
+        syscalls.mount_setattr("/dev", set_flags=syscalls.MOUNT_ATTR_RDONLY)
+    finally:
+        for fd in (*keep.values(), *([] if shm is None else [shm])):
+            os.close(fd)
+
+
+def _mask_proc() -> None:
+    null = os.open("/dev/null", os.O_PATH | os.O_CLOEXEC)
+    try:
+        for path in _PROC_MASKED_FILES:
+            _mask_if_present(
+                path, lambda p: syscalls.mount(f"/proc/self/fd/{null}", p, None, syscalls.MS_BIND)
+            )
+    finally:
+        os.close(null)
+    flags = syscalls.MS_RDONLY | syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
+    for path in _PROC_MASKED_DIRS:
+        _mask_if_present(path, lambda p: syscalls.mount("tmpfs", p, "tmpfs", flags, "size=4k"))
+    for path in _PROC_READONLY:
+        _mask_if_present(path, _bind_readonly)
+
+
+def _bind_readonly(path: str) -> None:
+    syscalls.mount(path, path, None, syscalls.MS_BIND | syscalls.MS_REC)
+    syscalls.mount_setattr(path, set_flags=syscalls.MOUNT_ATTR_RDONLY, recursive=True)
+
+
+def _mask_if_present(path: str, mount: Any) -> None:
+    """Entries a kernel config leaves out need no mask; any other failure fails the launch."""
+    if os.path.lexists(path):
+        mount(path)
 
 
 def _staging_file(staging: str) -> str:
@@ -211,7 +314,7 @@ def _staging_file(staging: str) -> str:
 
 
 def _mount_one(op: str, path: str, empty_file: str | None, host_readonly: set[str]) -> None:
-    fd = _open_exact(path)
+    fd = _open_exact(path, link_ok=op == "pin")
     try:
         target = f"/proc/self/fd/{fd}"
         if op == "rw":
@@ -221,6 +324,9 @@ def _mount_one(op: str, path: str, empty_file: str | None, host_readonly: set[st
             for point in host_readonly:
                 if point.startswith(path.rstrip("/") + "/"):
                     _set_readonly(point)
+        elif op == "pin":
+            # A mount point cannot be renamed, removed or replaced: the ground stays put.
+            syscalls.mount(target, target, None, syscalls.MS_BIND | syscalls.MS_REC)
         elif op == "ro":
             syscalls.mount(target, target, None, syscalls.MS_BIND | syscalls.MS_REC)
             syscalls.mount_setattr(path, set_flags=syscalls.MOUNT_ATTR_RDONLY, recursive=True)

@@ -15,9 +15,11 @@ __all__ = ["LAYER_SWITCH_ENV", "HostSupport", "host_support"]
 
 #: ``EXECUTOR_LINUX_NAMESPACES=off`` / ``EXECUTOR_LINUX_LANDLOCK=off`` switch a layer off, to
 #: see (and test) what the others enforce alone; the core then refuses what they cannot.
+#: ``EXECUTOR_LINUX_CGROUPS=off`` leaves resource limits to rlimits (see ``cgroups.py``).
 LAYER_SWITCH_ENV = {
     "namespaces": "EXECUTOR_LINUX_NAMESPACES",
     "landlock": "EXECUTOR_LINUX_LANDLOCK",
+    "cgroups": "EXECUTOR_LINUX_CGROUPS",
 }
 _NSPROBE = Path(__file__).with_name("nsprobe.py")
 
