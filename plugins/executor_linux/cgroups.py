@@ -5,8 +5,8 @@ hierarchy that carries a controller its limits need: ``pids`` (``pids.max``: tas
 whole tree) and ``memory`` (cgroup v2 ``memory.max`` with ``memory.swap.max = 0``; v1
 ``memory.limit_in_bytes`` and, when swap is accounted, ``memory.memsw.limit_in_bytes``, so
 the cap covers RAM and swap together). The forked child joins them before anything else
-(``rlimits.enter``); ``release`` kills whatever is left in them (``cgroup.kill`` on v2) and
-removes them.
+(``rlimits.enter``: ``tasks`` on v1, which moves it without waiting for an RCU grace period);
+``release`` kills whatever is left in them (``cgroup.kill`` on v2) and removes them.
 
 Both layouts are found from ``/proc/self/cgroup`` and ``/proc/self/mountinfo``: a controller
 bound to a v1 hierarchy is used there (hybrid hosts mount ``pids`` and ``memory`` as v1
@@ -62,6 +62,11 @@ _COMMAND_NAME: Final = re.compile(r"^(\d+)-[0-9a-f]+$")
 #: another daemon, in another PID namespace, is still setting up).
 _STALE_AFTER: Final = 60.0
 _KILL_WAIT: Final = 1.0
+#: How the (single-threaded) child joins. Moving a process through ``cgroup.procs`` write-
+#: locks a global percpu rwsem and waits for an RCU grace period (~10 ms here, on every
+#: launch); v1's ``tasks`` moves the calling thread alone, without that lock. v2 has no such
+#: file for ordinary cgroups (``cgroup.threads`` is for threaded ones).
+_JOIN: Final = {1: "tasks", 2: "cgroup.procs"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,22 +237,20 @@ def cgroup_support() -> CgroupSupport:
 
 @dataclass(eq=False)
 class CommandCgroup:
-    """The cgroups of one command: the child joins ``procs``; ``release`` removes them."""
+    """The cgroups of one command: the child joins through ``joins``; ``release`` removes
+    them."""
 
     owner: CommandCgroups
     #: Controller -> the command's directory for it (v2: one directory for all).
     directories: dict[str, str]
+    #: The files the child writes "0" to, to join: v1 ``tasks``, v2 ``cgroup.procs``.
+    joins: tuple[str, ...] = ()
     released: bool = False
 
     @property
     def controllers(self) -> frozenset[str]:
         """The controllers this command is limited by."""
         return frozenset(self.directories)
-
-    @property
-    def procs(self) -> tuple[str, ...]:
-        """The ``cgroup.procs`` files the child writes itself into."""
-        return tuple(os.path.join(d, "cgroup.procs") for d in _unique(self.directories.values()))
 
     def release(self) -> None:
         """Kill what is left in the cgroups, then remove them (once)."""
@@ -284,6 +287,7 @@ class CommandCgroups:
         name = f"{os.getpid()}-{secrets.token_hex(6)}"
         created: list[str] = []
         directories: dict[str, str] = {}
+        joins: list[str] = []
         try:
             for controller, hierarchy in wanted.items():
                 directory = os.path.join(hierarchy.base, name)
@@ -291,12 +295,13 @@ class CommandCgroups:
                     self._prepare(hierarchy)
                     os.mkdir(directory, 0o755)
                     created.append(directory)
+                    joins.append(os.path.join(directory, _JOIN[hierarchy.version]))
                 _apply(controller, hierarchy.version, directory, limits)
                 directories[controller] = directory
         except OSError:
             self.remove(created)
             raise
-        return CommandCgroup(self, directories)
+        return CommandCgroup(self, directories, tuple(joins))
 
     def _prepare(self, hierarchy: Hierarchy) -> None:
         """Once per hierarchy: the base directory (and v2 delegation), stale cgroups swept."""

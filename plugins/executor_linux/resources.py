@@ -145,7 +145,7 @@ def plan_limits(
             how = "rlimit"
         applied.setdefault(how, []).append(limits.describe(name))
     payload: dict[str, object] = {
-        "cgroups": list(group.procs) if group is not None else [],
+        "cgroups": list(group.joins) if group is not None else [],
         "rlimits": rlimits,
         "nproc_in_user_namespace": nproc_later,
         "oom_score_adj": OOM_SCORE_ADJ,

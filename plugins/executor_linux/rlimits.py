@@ -4,7 +4,7 @@
 that everything the command becomes — PID 1 of its namespaces, the command, every
 descendant — is counted and capped. The payload comes from ``resources.plan_limits``::
 
-    {"cgroups": [".../cgroup.procs", ...],          # written "0": this process joins
+    {"cgroups": [".../tasks", ...],                 # written "0": this process joins
      "rlimits": [["RLIMIT_NOFILE", 65536], ...],    # lowered, never raised
      "nproc_in_user_namespace": 2048 | None,        # see in_user_namespace()
      "oom_score_adj": 500}
@@ -32,8 +32,8 @@ def enter(spec: dict[str, Any] | None) -> None:
     """Join the command's cgroups, raise its OOM score, lower its rlimits."""
     if not spec:
         return
-    for procs in spec.get("cgroups", ()):
-        _write(procs, "0")
+    for join in spec.get("cgroups", ()):
+        _write(_whole_process(join), "0")
     adjust = spec.get("oom_score_adj")
     if adjust is not None:
         try:
@@ -67,6 +67,14 @@ def lower(name: str, value: int) -> None:
     hard = ceiling if hard == resource.RLIM_INFINITY else min(hard, ceiling)
     soft = value if soft == resource.RLIM_INFINITY else min(soft, value)
     resource.setrlimit(which, (min(soft, hard), hard))
+
+
+def _whole_process(join: str) -> str:
+    """``join``, unless it is a v1 ``tasks`` file and this process has more than one thread
+    (``tasks`` moves the calling thread only): then ``cgroup.procs`` beside it."""
+    if join.endswith("/tasks") and len(os.listdir("/proc/self/task")) > 1:
+        return join[: -len("tasks")] + "cgroup.procs"
+    return join
 
 
 def _write(path: str, text: str) -> None:

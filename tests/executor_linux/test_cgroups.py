@@ -92,7 +92,7 @@ def test_v2_delegation_and_limits_are_written(tmp_path: Path) -> None:
     assert (own / "executor" / "cgroup.subtree_control").read_text() == "+memory +pids"
     assert (directory / "pids.max").read_text() == "100"
     assert (directory / "memory.max").read_text() == str(64 << 20)
-    assert group.procs == (str(directory / "cgroup.procs"),)
+    assert group.joins == (str(directory / "cgroup.procs"),)
 
 
 def test_only_the_controllers_a_limit_needs_are_used(tmp_path: Path) -> None:
@@ -163,7 +163,11 @@ def test_real_command_cgroups_are_created_limited_and_removed() -> None:
     directories = [Path(d) for d in dict.fromkeys(group.directories.values())]
     pids = Path(group.directories["pids"])
     assert (pids / "pids.max").read_text().strip() == "8"
-    joins = "; ".join(f"echo 0 > {procs}" for procs in group.procs)
+    for controller, directory in group.directories.items():
+        # v1 joins through "tasks": no global lock, no RCU grace period per launch.
+        join = "tasks" if support.hierarchies[controller].version == 1 else "cgroup.procs"
+        assert os.path.join(directory, join) in group.joins
+    joins = "; ".join(f"echo 0 > {join}" for join in group.joins)
     leftover = subprocess.Popen(["sh", "-c", f"{joins}; exec sleep 30"])
     try:
         deadline = time.monotonic() + 10
