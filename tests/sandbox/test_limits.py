@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ from executor.sandbox.profiles import ProfileLibrary, default_library, load_file
 from executor.sandbox.rules import RuleSet
 from executor.spawn.spawner import SpawnRequest
 from tests.sandbox.fakehost import FakeHost
+from tests.support.daemon import executor_command
 
 MiB = 1 << 20
 
@@ -205,3 +209,32 @@ def test_wire_requests_get_the_daemons_limits() -> None:
     command = SpawnRequest(executable="/bin/true", argv=("true",), env={}, cwd="/ws", tty=False)
     rules = confinement.rules_for(intent, command)
     assert rules is not None and rules.limits == ours
+
+
+# --- what operators see -----------------------------------------------------------------------
+
+
+def test_doctor_and_explain_show_the_limits_and_how_they_are_enforced(tmp_path: Path) -> None:
+    """doctor: the defaults, and one line per limit naming its mechanism on this host;
+    profile explain: the profile's limits; both as the lines docs/sandbox.md shows."""
+
+    def executor(*args: str) -> str:
+        result = subprocess.run(
+            [*executor_command(), *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "EXECUTOR_STATE_DIR": str(tmp_path / "state")},
+            cwd=tmp_path,
+            timeout=120,
+            check=False,
+        )
+        return result.stdout
+
+    explained = executor("profile", "explain", "workspace", "--workspace", str(tmp_path))
+    assert f"limits: {default_limits().summary()}\n" in explained
+    doctor = executor("doctor", "--workspace", str(tmp_path))
+    assert f"limits of every sandboxed command: {default_limits().summary()}" in doctor
+    if sys.platform.startswith("linux"):
+        for name in ("processes", "memory", "open_files", "file_size", "cpu_time"):
+            assert f"linux.limits.{name}: " in doctor
+        assert "profile workspace: enforced by linux — limits(" in doctor
