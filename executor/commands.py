@@ -120,10 +120,11 @@ def _path_limits(profile: Profile, rules: RuleSet) -> tuple[str, ...]:
     if not denies and not rules.deny_globs:
         return ()
     fs = profile.permissions.file_system
-    depth = min((fs.glob_scan_max_depth if fs else None) or MAX_SCAN_DEPTH, MAX_SCAN_DEPTH)
+    # Without a depth of its own the scan covers every level or refuses the launch.
+    depth = fs.glob_scan_max_depth if fs else None
+    deeper = f"deeper than {depth} levels or " if depth and depth <= MAX_SCAN_DEPTH else ""
     globs = (
-        f", and deny-glob matches deeper than {depth} levels or created while it runs are not"
-        " masked"
+        f", and deny-glob matches {deeper}created while it runs are not masked"
         if rules.deny_globs
         else ""
     )

@@ -6,8 +6,10 @@ import os
 import re
 import stat
 import sys
+import time
 from typing import Final
 
+from executor.sandbox.globscan import GlobScan, ScanLimits, Truncation
 from executor.sandbox.rules import PathKind
 
 __all__ = ["LocalHost", "minimal_paths", "state_directory"]
@@ -100,24 +102,36 @@ class LocalHost:
         target = os.path.join(os.path.dirname(path), match.group(1))
         return os.path.realpath(target)
 
-    def glob_matches(self, base: str, regex: str, max_depth: int) -> list[str]:
-        """Existing paths under ``base`` (``max_depth`` directory levels) matching ``regex``."""
+    def glob_matches(self, base: str, regex: str, limits: ScanLimits) -> GlobScan:
+        """Existing paths under ``base`` (``limits.max_depth`` directory levels) matching
+        ``regex``, level by level; a matching directory is not entered (its match hides it).
+        Stops, and says which bound stopped it, once a bound of ``limits`` is reached."""
         pattern = re.compile(regex)
         found: list[str] = []
+        entries = 0
         level = [base]
-        for _ in range(max_depth):
+        for _ in range(limits.max_depth):
             following: list[str] = []
             for directory in level:
+                if limits.deadline is not None and time.monotonic() > limits.deadline:
+                    return GlobScan(tuple(found), entries, Truncation.TIME)
                 try:
-                    entries = list(os.scandir(directory))
+                    with os.scandir(directory) as listing:
+                        for entry in listing:
+                            entries += 1
+                            if entries > limits.max_entries:
+                                return GlobScan(tuple(found), entries, Truncation.ENTRIES)
+                            if pattern.match(entry.path):
+                                found.append(entry.path)
+                                if len(found) > limits.max_matches:
+                                    return GlobScan(tuple(found), entries, Truncation.MATCHES)
+                            elif entry.is_dir(follow_symlinks=False):
+                                following.append(entry.path)
                 except OSError:
+                    # Unlistable (some /proc directories fail in readdir, not opendir): the
+                    # executor's user cannot list it, and a sandbox has less than that.
                     continue
-                for entry in entries:
-                    if pattern.match(entry.path):
-                        found.append(entry.path)
-                    elif entry.is_dir(follow_symlinks=False):
-                        following.append(entry.path)
             level = following
             if not level:
-                break
-        return found
+                return GlobScan(tuple(found), entries)
+        return GlobScan(tuple(found), entries, Truncation.DEPTH)

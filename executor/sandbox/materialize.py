@@ -11,7 +11,8 @@ Rules of resolution (protocol.md §7.4-§7.5):
 * ``.git``, ``.agents``, ``.codex`` and ``.aws`` stay read-only under every writable root,
   existing or not, and so does the git dir a ``.git`` file points to;
 * deny globs are kept as patterns (enforced at access time where a backend can) and their
-  existing matches, up to ``glob_scan_max_depth`` levels, become deny rules;
+  existing matches, up to ``glob_scan_max_depth`` levels, become deny rules; a scan that
+  hits one of its bounds (``globscan``) refuses the launch rather than deny fewer paths;
 * the executor's own state directories are always denied.
 
 All host knowledge comes through ``HostView`` so that tests can describe any host.
@@ -26,6 +27,17 @@ from collections.abc import Mapping
 from typing import Final, Protocol
 
 from executor.errors import InvalidParams, SandboxUnavailable
+from executor.sandbox.globscan import (
+    GLOB_SCAN_ENTRIES_ENV,
+    GLOB_SCAN_MATCHES_ENV,
+    GLOB_SCAN_SECONDS_ENV,
+    MAX_GLOB_MATCHES,
+    MAX_SCAN_DEPTH,
+    GlobBounds,
+    GlobScan,
+    ScanLimits,
+    Truncation,
+)
 from executor.sandbox.intent import (
     PROJECT_ROOTS_GLOB_PREFIX,
     Access,
@@ -46,14 +58,20 @@ from executor.sandbox.rules import (
     glob_to_regex,
 )
 
-__all__ = ["PROTECTED_NAMES", "HostView", "Purpose", "materialize", "needs_cwd"]
+__all__ = [
+    "MAX_GLOB_MATCHES",
+    "MAX_SCAN_DEPTH",
+    "PROTECTED_NAMES",
+    "GlobBounds",
+    "HostView",
+    "Purpose",
+    "materialize",
+    "needs_cwd",
+]
 
 #: Names that stay read-only under every writable root: planting code there would let a
 #: sandboxed command run code later, outside the sandbox (git hooks, agent configuration).
 PROTECTED_NAMES: Final = (".git", ".agents", ".codex", ".aws")
-#: Upper bound on deny-glob scanning when the profile sets no depth.
-MAX_SCAN_DEPTH: Final = 32
-MAX_GLOB_MATCHES: Final = 10_000
 
 
 class Purpose(enum.Enum):
@@ -90,8 +108,10 @@ class HostView(Protocol):
     def gitdir_pointer(self, path: str) -> str | None:
         """If ``path`` is a ``.git`` file (``gitdir: X``), the absolute git dir it names."""
 
-    def glob_matches(self, base: str, regex: str, max_depth: int) -> list[str]:
-        """Existing paths below ``base`` (at most ``max_depth`` levels) matching ``regex``."""
+    def glob_matches(self, base: str, regex: str, limits: ScanLimits) -> GlobScan:
+        """Existing paths below ``base`` (at most ``limits.max_depth`` levels) matching
+        ``regex``; a matching directory is not entered. ``truncated`` says which bound of
+        ``limits`` stopped the scan early (``DEPTH``: directories remained unscanned)."""
 
 
 def needs_cwd(intent: SandboxIntent) -> bool:
@@ -130,8 +150,13 @@ def materialize(
     purpose: Purpose = Purpose.PROCESS,
     process_cwd: str | None = None,
     child_env: Mapping[str, str] | None = None,
+    glob_bounds: GlobBounds | None = None,
 ) -> RuleSet | None:
-    """The rule set for ``intent`` on ``host``; None when the profile disables sandboxing."""
+    """The rule set for ``intent`` on ``host``; None when the profile disables sandboxing.
+
+    ``glob_bounds`` bound the deny-glob scan (default: ``GlobBounds.from_env()``); raises
+    ``SandboxUnavailable`` when a scan hits one.
+    """
     permissions = intent.permissions
     if permissions.type is ProfileType.DISABLED:
         return None
@@ -157,7 +182,7 @@ def materialize(
             landlock_only=intent.use_legacy_landlock,
             notes=tuple(builder.notes),
         )
-    builder.expand_globs(fs.glob_scan_max_depth)
+    builder.expand_globs(fs.glob_scan_max_depth, glob_bounds or GlobBounds.from_env())
     builder.refuse_planted_symlinks()
     builder.pin_workspace_roots()
     builder.protect_names((*PROTECTED_NAMES, *fs.protected_names))
@@ -290,16 +315,27 @@ class _Builder:
             return [glob]
         return [glob, real.rstrip("/") + glob[len(prefix.rstrip("/")) :]]
 
-    def expand_globs(self, max_depth: int | None) -> None:
-        depth = min(max_depth or MAX_SCAN_DEPTH, MAX_SCAN_DEPTH)
+    def expand_globs(self, max_depth: int | None, bounds: GlobBounds) -> None:
+        """Deny each glob's existing matches; refuse when a scan could not cover them all."""
+        deadline = bounds.deadline()
+        entries_left = bounds.max_entries
         for pattern in self.deny_globs:
             if not glob_has_magic(pattern):
                 self._add(posixpath.normpath(pattern), Access.DENY, RuleOrigin.DENY_GLOB)
                 continue
             base = _static_prefix(pattern)
-            for match in self.host.glob_matches(base, glob_to_regex(pattern), depth)[
-                :MAX_GLOB_MATCHES
-            ]:
+            # The depth the pattern itself reaches (None: any, it has `**`), then the
+            # profile's; only a depth cut short by MAX_SCAN_DEPTH is a bound that was hit.
+            wanted = _min_depth(_pattern_depth(pattern, base), max_depth)
+            depth = MAX_SCAN_DEPTH if wanted is None else min(wanted, MAX_SCAN_DEPTH)
+            limits = ScanLimits(depth, bounds.max_matches, entries_left, deadline)
+            scan = self.host.glob_matches(base, glob_to_regex(pattern), limits)
+            entries_left -= scan.entries
+            if scan.truncated is Truncation.DEPTH and depth == wanted:
+                scan = GlobScan(scan.matches, scan.entries)  # as deep as the profile asked
+            if scan.truncated is not None:
+                raise SandboxUnavailable(_truncation_reason(pattern, base, scan, limits, bounds))
+            for match in scan.matches:
                 self._add(match, Access.DENY, RuleOrigin.DENY_GLOB)
 
     # --- protection -------------------------------------------------------------------------
@@ -439,6 +475,51 @@ def _nearest(rules: Mapping[str, PathRule], path: str) -> PathRule | None:
         if current == "/":
             return None
         current = posixpath.dirname(current)
+
+
+def _pattern_depth(pattern: str, base: str) -> int | None:
+    """How many levels below ``base`` the pattern can match (None: any, with ``**``)."""
+    if "**" in pattern:
+        return None
+    rest = pattern[len(base) :] if pattern.startswith(base) else pattern
+    return max(1, len([part for part in rest.split("/") if part]))
+
+
+def _min_depth(first: int | None, second: int | None) -> int | None:
+    known = [depth for depth in (first, second) if depth is not None]
+    return min(known) if known else None
+
+
+def _truncation_reason(
+    pattern: str, base: str, scan: GlobScan, limits: ScanLimits, bounds: GlobBounds
+) -> str:
+    """Why the launch is refused, which bound was hit, and what the operator can do."""
+    refusing = "refusing rather than leave matches it did not find readable"
+    narrow = "start the glob in a narrower directory or deny a directory that holds the matches"
+    if scan.truncated is Truncation.MATCHES:
+        return (
+            f"deny glob {pattern} matches more than {limits.max_matches} paths (the cap on "
+            f"matches, each a deny rule); {refusing}: {narrow}, or raise "
+            f"{GLOB_SCAN_MATCHES_ENV}"
+        )
+    if scan.truncated is Truncation.ENTRIES:
+        return (
+            f"the scan of {base} for deny glob {pattern} reached the cap of "
+            f"{bounds.max_entries} directory entries for one launch; {refusing}: {narrow}, "
+            f"set glob_scan_max_depth in the profile, or raise {GLOB_SCAN_ENTRIES_ENV}"
+        )
+    if scan.truncated is Truncation.TIME:
+        return (
+            f"the scan of {base} for deny glob {pattern} did not finish within "
+            f"{bounds.seconds:g} s (the time cap for one launch); {refusing}: {narrow}, "
+            f"set glob_scan_max_depth in the profile, or raise {GLOB_SCAN_SECONDS_ENV}"
+        )
+    return (
+        f"{base} has directories deeper than {MAX_SCAN_DEPTH} levels, the most that is "
+        f"scanned for deny glob {pattern}; {refusing}: set glob_scan_max_depth (at most "
+        f"{MAX_SCAN_DEPTH}) in the profile to accept that deeper matches are not masked "
+        "(docs/sandbox.md), or deny the deep directory"
+    )
 
 
 _MAGIC = re.compile(r"[*?\[]")

@@ -9,14 +9,15 @@ a ``.git`` directory, ``.env`` files and a ``private`` directory), and the proto
 from __future__ import annotations
 
 import posixpath
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from executor.paths import parse_path_uri
+from executor.sandbox.globscan import GlobScan, ScanLimits
 from executor.sandbox.intent import parse_sandbox
 from executor.sandbox.materialize import Purpose, materialize
 from executor.sandbox.rules import PathKind, RuleSet, is_within
+from tests.sandbox.fakehost import bounded_scan
 
 __all__ = ["TMPDIR", "WORKSPACE", "FakeMacHost", "rules_for"]
 
@@ -103,23 +104,28 @@ class FakeMacHost:
             return PathKind.DIRECTORY
         return PathKind.FILE if real in self.files else PathKind.MISSING
 
+    def is_symlink(self, path: str) -> bool:
+        """The ``/private`` links (``/tmp``, ``/var``, ``/etc``) are the only ones."""
+        return path in LINKS
+
+    def is_shared_directory(self, path: str) -> bool:
+        """``/private/tmp`` is world-writable and sticky, as on a Mac."""
+        return path == "/private/tmp"
+
     def gitdir_pointer(self, path: str) -> str | None:
         """No ``.git`` files on this host."""
         return None
 
-    def glob_matches(self, base: str, regex: str, max_depth: int) -> list[str]:
+    def glob_matches(self, base: str, regex: str, limits: ScanLimits) -> GlobScan:
         """Entries below ``base`` (spelled as under ``base``) matching ``regex``."""
-        pattern = re.compile(regex)
         real_base = self.realpath(base)
-        found = []
-        for entry in sorted(self.files | self.directories):
+        below = []
+        for entry in self.files | self.directories:
             if entry == real_base or not is_within(entry, real_base):
                 continue
             spelled = base.rstrip("/") + entry[len(real_base.rstrip("/")) :]
-            depth = entry[len(real_base.rstrip("/")) :].count("/")
-            if depth <= max_depth and pattern.match(spelled):
-                found.append(spelled)
-        return found
+            below.append((spelled, entry[len(real_base.rstrip("/")) :].count("/")))
+        return bounded_scan(below, regex, limits)
 
 
 def rules_for(

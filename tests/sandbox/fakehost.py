@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import posixpath
 import re
+import time
 from collections.abc import Iterable
 
+from executor.sandbox.globscan import GlobScan, ScanLimits, Truncation
 from executor.sandbox.rules import PathKind
 
 
@@ -79,14 +81,35 @@ class FakeHost:
         """The git dir a ``.git`` file names."""
         return self.gitdirs.get(path)
 
-    def glob_matches(self, base: str, regex: str, max_depth: int) -> list[str]:
-        """Known paths under ``base`` within ``max_depth`` levels that match."""
-        pattern = re.compile(regex)
-        found = []
-        for path in sorted(self.dirs | self.files):
-            if path == base or not path.startswith(base.rstrip("/") + "/"):
-                continue
-            depth = path[len(base.rstrip("/")) + 1 :].count("/") + 1
-            if depth <= max_depth and pattern.match(path):
-                found.append(path)
-        return found
+    def glob_matches(self, base: str, regex: str, limits: ScanLimits) -> GlobScan:
+        """Known paths under ``base`` within ``limits.max_depth`` levels that match."""
+        prefix = base.rstrip("/") + "/"
+        below = [
+            (path, path[len(prefix) :].count("/") + 1)
+            for path in self.dirs | self.files
+            if path != base and path.startswith(prefix)
+        ]
+        return bounded_scan(below, regex, limits)
+
+
+def bounded_scan(below: Iterable[tuple[str, int]], regex: str, limits: ScanLimits) -> GlobScan:
+    """What ``LocalHost.glob_matches`` reports for a tree of ``(path, depth below base)``:
+    level by level, not entering matches, stopping at the first bound of ``limits`` hit."""
+    if limits.deadline is not None and time.monotonic() > limits.deadline:
+        return GlobScan((), 0, Truncation.TIME)
+    pattern = re.compile(regex)
+    found: list[str] = []
+    entries = 0
+    for path, depth in sorted(below, key=lambda item: (item[1], item[0])):
+        if any(path.startswith(match + "/") for match in found):
+            continue  # a matching directory is not entered
+        if depth > limits.max_depth:
+            return GlobScan(tuple(found), entries, Truncation.DEPTH)
+        entries += 1
+        if entries > limits.max_entries:
+            return GlobScan(tuple(found), entries, Truncation.ENTRIES)
+        if pattern.match(path):
+            found.append(path)
+            if len(found) > limits.max_matches:
+                return GlobScan(tuple(found), entries, Truncation.MATCHES)
+    return GlobScan(tuple(found), entries)
