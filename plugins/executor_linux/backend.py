@@ -21,7 +21,7 @@ from executor.sandbox import (
     SandboxType,
 )
 from executor_linux import plan, seccomp_policy
-from executor_linux.placeholders import Placeholders
+from executor_linux.placeholders import Placeholders, lock_directory
 from executor_linux.probe import HostSupport, host_support
 from executor_linux.resources import chain, limit_mechanisms, plan_limits
 
@@ -38,7 +38,7 @@ class LinuxBackend:
 
     def __init__(self, state_dir: str | None = None) -> None:
         self.state_dir = state_dir
-        self.placeholders = Placeholders()
+        self.placeholders = Placeholders(lambda: lock_directory(self._state_dir()))
 
     def probe(self, host: HostInfo) -> BackendStatus:
         """Which layers work here, and so which features this backend enforces."""
