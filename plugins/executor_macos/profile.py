@@ -385,11 +385,14 @@ class _Renderer:
         return _form("deny file-read* file-write*", filters)
 
     def anchors(self) -> list[str]:
-        """Directories that must not be renamed: writable ones above a carve-out (or holding a
-        deny glob's fixed prefix) in a writable parent, where a rename would succeed."""
+        """Paths that must not be renamed or removed: the pinned ones, and writable directories
+        above a carve-out (or holding a deny glob's fixed prefix) in a writable parent, where
+        a rename would succeed."""
         starts = [posixpath.dirname(rule.path) for rule in self.carved]
         starts += [_fixed_prefix(pattern) for pattern in self.globs]
-        found: set[str] = set()
+        # Pinned paths (workspace roots and what lies between them and a writable parent,
+        # symlinked protected names) must stay where they are: the rules were derived from them.
+        found = {pin for pin in self.rules.pinned if self.writable(posixpath.dirname(pin))}
         for start in starts:
             path = start
             while path != "/":

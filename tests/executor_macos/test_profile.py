@@ -228,6 +228,23 @@ def test_anchors_protect_the_directories_above_a_carve_out() -> None:
     assert seen.allows("file-write-unlink", "/private/tmp/other")
 
 
+def test_pinned_paths_are_anchors() -> None:
+    """Pinned paths (a workspace in writable /tmp, a symlinked .git) cannot be unlinked or
+    renamed; their siblings can."""
+    rules = RuleSet(
+        filesystem_restricted=True,
+        rules=(PathRule("/", Access.READ), PathRule("/private/tmp", Access.WRITE)),
+        pinned=("/private/tmp/box", "/private/tmp/box/ws", "/private/tmp/box/ws/.git"),
+    )
+    profile = render_profile(rules)
+    anchors = sorted(value for name, value in profile.params if name.startswith("ANCHOR"))
+    assert set(rules.pinned) <= set(anchors)
+    seen = model(profile)
+    for pinned in rules.pinned:
+        assert not seen.allows("file-write-unlink", pinned), pinned
+    assert seen.allows("file-write-unlink", "/private/tmp/box/other")
+
+
 def test_glob_matches_are_not_stated_twice() -> None:
     """Deny rules found by scanning a glob are left to the glob's own regexes."""
     rules = rule_set(
