@@ -13,6 +13,9 @@ from hypothesis import settings
 from tests.support.client import WsClient
 from tests.support.daemon import RunningDaemon
 
+# A skipped `enforcement` test fails when EXECUTOR_REQUIRE_ENFORCEMENT is set (CI).
+pytest_plugins = ("tests.support.enforcement",)
+
 # The third-party backend fixture is installed (by `make test`) into this directory, so its
 # entry points are discovered for real, and never by the daemon `make run` starts.
 TEST_PLUGINS = Path(__file__).parent / "build" / "test-plugins"

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from executor.sandbox.host import state_directory
 from tests.fs.helpers import (
     b64,
     error,
@@ -565,13 +566,17 @@ def test_pinned_directories_cannot_be_removed_through_fs_calls(
     assert not (ws / "f.txt").exists()
 
 
+@pytest.mark.enforcement
 def test_executor_state_is_hidden(client: WsClient) -> None:
-    """The daemon's own state directory is denied to every sandbox."""
-    state = f"/tmp/executor-{os.getuid()}"
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        pytest.skip("state directory lives under XDG_RUNTIME_DIR here")
+    """The daemon's own state directory is denied to every sandbox; its parent is not."""
+    # The daemon inherits this environment, so it resolves the same directory
+    # (EXECUTOR_STATE_DIR, else under XDG_RUNTIME_DIR, else /tmp) and has created it.
+    state = Path(state_directory())
+    assert state.is_dir()
     box = {"sandbox": sandbox(special_entry("root", "write"), glob_entry("/nothing/**"))}
     assert error(client, "fs/readDirectory", {"path": uri(state), **box}) == EACCES
+    listing = client.request("fs/readDirectory", {"path": uri(state.parent), **box})
+    assert state.name in {entry["fileName"] for entry in listing["entries"]}
 
 
 @pytest.mark.parametrize(

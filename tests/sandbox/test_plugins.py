@@ -16,10 +16,15 @@ from tests.support.daemon import RunningDaemon, executor_command
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_PLUGINS = ROOT / "build" / "test-plugins"
-pytestmark = pytest.mark.skipif(
-    not (TEST_PLUGINS / "executor_test_backend").is_dir(),
-    reason="run `make test` (it installs the third-party backend fixture)",
-)
+# Some tests launch real sandboxed commands; on CI (`make test` installs the fixture) a
+# missing fixture must fail them, not skip them: the `enforcement` mark does that.
+pytestmark = [
+    pytest.mark.enforcement,
+    pytest.mark.skipif(
+        not (TEST_PLUGINS / "executor_test_backend").is_dir(),
+        reason="run `make test` (it installs the third-party backend fixture)",
+    ),
+]
 
 
 def names() -> list[str]:
