@@ -78,11 +78,15 @@ def test_unenforceable_requests_are_refused_and_nothing_runs(
     assert response["error"]["code"] == code
     assert message in response["error"]["message"]
     assert not marker.exists()
-    assert client.request("process/read", {"processId": "p"}) if False else True
     assert (
         client.call("process/read", {"processId": "p"})["error"]["message"]
         == "unknown process id p"
     )
+    # The counterpart: the same command, asking for nothing unenforceable, runs under the
+    # same id (the refusal reserved nothing) and leaves the marker its refusal did not.
+    _, events = client.run("p", ["/bin/sh", "-c", f"touch {marker}"], cwd=f"file://{workspace}")
+    assert events[-1]["method"] == "process/closed"
+    assert marker.exists()
 
 
 def test_disabled_runs_unsandboxed_and_says_so(client: WsClient, workspace: Path) -> None:
