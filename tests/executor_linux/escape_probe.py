@@ -14,11 +14,13 @@ import ctypes
 import errno
 import json
 import os
+import platform
 import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 Outcome = str
@@ -122,6 +124,60 @@ def nested_userns() -> None:
     subprocess.run(["unshare", "-Ur", "true"], check=True, capture_output=True, timeout=10)
 
 
+CLONE_NEWUSER = 0x10000000
+#: clone(2)'s number: ``unshare`` (the tool and the call) is refused by its own rule, so only
+#: a direct clone with a namespace flag reaches seccomp's clone-flags rule.
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+
+
+def clone_flags(flags: int) -> None:
+    """clone(2) with ``flags`` | SIGCHLD, like fork; the child (if any) exits at once."""
+    number = _SYS_CLONE[platform.machine()]
+    _libc.syscall.restype = ctypes.c_long
+    pid = _libc.syscall(ctypes.c_long(number), ctypes.c_ulong(flags | signal.SIGCHLD), 0, 0, 0, 0)
+    if pid == 0:
+        os._exit(0)  # the child: nothing of ours may run here
+    if pid == -1:
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error))
+    _reap(pid)
+
+
+def plain_fork() -> None:
+    """fork(2) (clone without namespace flags) must keep working."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise OSError(errno.ECHILD, f"child exited with {status}")
+
+
+def change_own_file(change: Callable[[str], object], scratch: str | None, name: str) -> None:
+    """``change`` applied to a file this command made, where it may write.
+
+    With a writable workspace the file lies there. The read-only profile leaves no place on
+    disk to write, so it is the command's own anonymous file (a memfd) changed by path
+    through ``/proc/self/fd``: the same system calls, past the same seccomp filter and
+    capabilities, on a file no profile protects. (Without a mount namespace the backend
+    refuses these calls everywhere, documented: there this reports ``EPERM``.)
+    """
+    if scratch is not None:
+        path = os.path.join(scratch, name)
+        write(path, "own file\n")
+        change(path)
+        return
+    fd = os.memfd_create(name)
+    try:
+        change(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+
+
 def set_hostname(name: str) -> None:
     """sethostname(2); only ever run inside a private UTS namespace set up by the test."""
     encoded = name.encode()
@@ -213,10 +269,19 @@ def probes(cfg: dict[str, Any]) -> dict[str, dict[str, Outcome]]:
         inside_action,
     )
     target = os.path.join(out, "meta.txt")
-    probe("chmod", lambda: os.chmod(target, 0o777), lambda: os.stat(target))
-    probe("chown", lambda: os.chown(target, 65534, 65534), lambda: os.stat(target))
-    probe("utime", lambda: os.utime(target, (0, 0)), lambda: os.stat(target))
-    probe("setxattr", lambda: os.setxattr(target, "user.escaped", b"1"), lambda: os.stat(target))
+    scratch = ws if writable else None
+    metadata: dict[str, Callable[[str], object]] = {
+        "chmod": lambda path: os.chmod(path, 0o777),
+        # Giving a file away needs CAP_CHOWN; a command may only "change" it to itself.
+        "chown": lambda path: os.chown(path, os.getuid(), os.getgid()),
+        "utime": lambda path: os.utime(path, (0, 0)),
+        "setxattr": lambda path: os.setxattr(path, "user.escaped", b"1"),
+    }
+    for name, change in metadata.items():
+        escape: Callable[[], object] = partial(change, target)
+        if name == "chown":
+            escape = partial(os.chown, target, 65534, 65534)  # giving the file away
+        probe(name, escape, partial(change_own_file, change, scratch, f"own-{name}.txt"))
     if cfg.get("private_uts"):
         probe("sethostname", lambda: set_hostname("escaped"), lambda: socket.gethostname())
     if cfg.get("private_mounts"):
@@ -260,8 +325,16 @@ def probes(cfg: dict[str, Any]) -> dict[str, dict[str, Outcome]]:
     probe("ptrace", lambda: ptrace_attach(cfg["peer_pid"]), lambda: read("/proc/self/status"))
     probe("io_uring", io_uring_setup, lambda: read("/proc/self/status"))
     probe("nested_userns", nested_userns, lambda: subprocess.run(["true"], check=True, timeout=10))
+    probe("clone_newuser", lambda: clone_flags(CLONE_NEWUSER), plain_fork)
     shm = os.path.join("/dev/shm", cfg["shm_name"])
-    probe("dev_shm", lambda: write(shm), lambda: read("/dev/null"))
+
+    def shm_roundtrip() -> None:
+        write(shm, "private\n")
+        with open(shm) as handle:
+            if handle.read() != "private\n":
+                raise OSError(errno.EIO, "a different file was read back")
+
+    probe("dev_shm", shm_roundtrip, lambda: read("/dev/null"))
     results["hostname_after"] = {"escape": socket.gethostname(), "allowed": "ok"}
     results["uid"] = {"escape": str(os.getuid()), "allowed": "ok"}
     return results
