@@ -87,12 +87,17 @@ def test_write_while_starting_reports_starting() -> None:
         )
         assert status is WriteStatus.STARTING
         assert spawner.requests[0].executable == "/usr/bin/true"
-        spawner.launches[0].started.set_exception(OSError(2, "No such file or directory"))
-        try:
+        assert table.get("p") is not None  # in the table, starting
+        failure = OSError(2, "No such file or directory")
+        spawner.launches[0].started.set_exception(failure)
+        with pytest.raises(OSError, match="No such file") as raised:
             await start
-        except OSError:
-            pass
+        assert raised.value is failure  # the start failed with the spawn's own error
         assert table.get("p") is None
+        status = table.write(
+            decode(WriteParams, {"processId": "p", "chunk": "eA==", "writeId": "w2"})
+        )
+        assert status is WriteStatus.UNKNOWN_PROCESS  # no longer starting: gone
         assert table.counter.count == 0
 
     asyncio.run(scenario())
