@@ -35,6 +35,8 @@ class RunningDaemon:
             prefix="executor-log-", suffix=".txt", delete=False
         )
         self.log_path = Path(self.log_file.name)
+        #: What the daemon logged, kept once ``stop`` has removed the file.
+        self._final_log: str | None = None
         self.process = subprocess.Popen(
             [*executor_command(), "serve", "--listen", "ws://127.0.0.1:0", *args],
             stdout=subprocess.PIPE,
@@ -62,7 +64,9 @@ class RunningDaemon:
         return client
 
     def log(self) -> str:
-        """Everything the daemon logged so far."""
+        """Everything the daemon logged so far (all of it, after ``stop``)."""
+        if self._final_log is not None:
+            return self._final_log
         return self.log_path.read_text(errors="replace")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
@@ -77,6 +81,10 @@ class RunningDaemon:
         if self.process.stdout is not None:
             self.process.stdout.close()
         self.log_file.close()
+        if self._final_log is None:
+            # Keep the text for assertions after the stop, but no file in /tmp.
+            self._final_log = self.log_path.read_text(errors="replace")
+            self.log_path.unlink(missing_ok=True)
         return self.process.returncode
 
 
