@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import base64
 import time
+from typing import Any
 
 import psutil
 
-from tests.support.client import WsClient
+from tests.support.client import WsClient, b64
 from tests.support.daemon import RunningDaemon
 from tests.support.rawws import RawWebSocket
 
 
-def _start(client: WsClient, process_id: str, script: str) -> None:
+def _start(client: WsClient, process_id: str, script: str, **extra: Any) -> None:
     client.request(
         "process/start",
         {
@@ -21,30 +22,43 @@ def _start(client: WsClient, process_id: str, script: str) -> None:
             "cwd": "file:///tmp",
             "env": {"PATH": "/usr/bin:/bin"},
             "tty": False,
+            **extra,
         },
     )
 
 
+#: A process that prints only once the test releases it (writes a line to its stdin): the
+#: tests order events by that, not by sleeping.
+GATED = "read go; echo released"
+
+
+def _release(client: WsClient, process_id: str) -> None:
+    status = client.request(
+        "process/write", {"processId": process_id, "chunk": b64("go\n"), "writeId": "go"}
+    )
+    assert status == {"status": "accepted"}
+
+
 def test_long_poll_does_not_block_other_requests(client: WsClient) -> None:
-    """A waiting process/read leaves later requests on the same connection unblocked."""
-    _start(client, "slow", "sleep 0.8; echo late")
+    """A waiting process/read leaves later requests on the same connection unblocked; the
+    output that wakes it exists only after those requests were answered."""
+    _start(client, "slow", GATED, pipeStdin=True)
     read_id = client.next_id()
-    started = time.monotonic()
     client.send(
-        {"id": read_id, "method": "process/read", "params": {"processId": "slow", "waitMs": 5000}}
+        {"id": read_id, "method": "process/read", "params": {"processId": "slow", "waitMs": 60_000}}
     )
     assert client.request("environment/status") == {"status": "ready"}
     assert client.request("process/read", {"processId": "slow"})["chunks"] == []
-    assert time.monotonic() - started < 0.5
-    read = client.response(read_id)["result"]
-    elapsed = time.monotonic() - started
-    assert 0.6 < elapsed < 3, "the long poll must be woken by the output, not by its timeout"
+    _release(client, "slow")
+    # Woken by the output: waiting for its 60 s timeout would exceed this one.
+    read = client.response(read_id, timeout=30)["result"]
     assert [c["seq"] for c in read["chunks"]] == [1]
+    assert base64.b64decode(read["chunks"][0]["chunk"]) == b"released\n"
 
 
 def test_many_long_polls_wake_together(client: WsClient) -> None:
     """Fifty concurrent long polls on one process are all woken by its first output."""
-    _start(client, "ping", "sleep 0.3; echo x")
+    _start(client, "ping", GATED, pipeStdin=True)
     ids = []
     for _ in range(50):
         request_id = client.next_id()
@@ -53,14 +67,15 @@ def test_many_long_polls_wake_together(client: WsClient) -> None:
             {
                 "id": request_id,
                 "method": "process/read",
-                "params": {"processId": "ping", "waitMs": 10000},
+                "params": {"processId": "ping", "waitMs": 60_000},
             }
         )
-    started = time.monotonic()
+    assert client.request("environment/status") == {"status": "ready"}  # all 50 are in
+    assert not any(request_id in client.inbox.responses for request_id in ids)
+    _release(client, "ping")
     for request_id in ids:
-        result = client.response(request_id)["result"]
+        result = client.response(request_id, timeout=30)["result"]
         assert result["chunks"][0]["seq"] == 1
-    assert time.monotonic() - started < 3
 
 
 def test_pipelined_requests_are_all_answered(shared_daemon: RunningDaemon) -> None:

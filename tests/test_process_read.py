@@ -14,9 +14,10 @@ from tests.support.daemon import RunningDaemon
 BASE: dict[str, Any] = {"cwd": "file:///tmp", "env": {"PATH": "/usr/bin:/bin"}, "tty": False}
 
 
-def _start(client: WsClient, process_id: str, script: str) -> None:
+def _start(client: WsClient, process_id: str, script: str, **extra: Any) -> None:
     client.request(
-        "process/start", {**BASE, "processId": process_id, "argv": ["/bin/sh", "-c", script]}
+        "process/start",
+        {**BASE, "processId": process_id, "argv": ["/bin/sh", "-c", script], **extra},
     )
 
 
@@ -83,21 +84,33 @@ def test_after_seq_beyond_end_is_empty(client: WsClient) -> None:
 
 
 def test_long_poll_is_woken_by_exit(client: WsClient) -> None:
-    """A waiting read on a silent process returns when the process exits."""
-    _start(client, "quiet", "sleep 0.4; exit 4")
-    started = time.monotonic()
-    read = _read(client, "quiet", waitMs=10_000)
-    assert 0.3 < time.monotonic() - started < 3
+    """A waiting read on a silent process returns when the process exits (which the test
+    causes only once the read is waiting, by a line to the process's stdin)."""
+    _start(client, "quiet", "read go; exit 4", pipeStdin=True)
+    read_id = client.next_id()
+    client.send(
+        {
+            "id": read_id,
+            "method": "process/read",
+            "params": {"processId": "quiet", "waitMs": 60_000},
+        }
+    )
+    assert _read(client, "quiet")["exited"] is False  # answered while the long poll waits
+    write = {"processId": "quiet", "chunk": base64.b64encode(b"go\n").decode(), "writeId": "w"}
+    assert client.request("process/write", write) == {"status": "accepted"}
+    read = client.response(read_id, timeout=30)["result"]  # not its 60 s timeout
     assert read["exited"] is True
     assert read["exitCode"] == 4
 
 
 def test_long_poll_times_out_empty(client: WsClient) -> None:
     """With nothing to report, a read waits waitMs and answers empty, not exited."""
-    _start(client, "idle", "exec sleep 5")
+    _start(client, "idle", "exec sleep 60")
     started = time.monotonic()
     read = _read(client, "idle", waitMs=300)
-    assert 0.25 < time.monotonic() - started < 2
+    # Not before waitMs; and at waitMs, not when the process ends (60 s) — the wide upper
+    # bound only tells those apart, so a loaded machine cannot fail it.
+    assert 0.25 < time.monotonic() - started < 30
     assert read["chunks"] == []
     assert read["exited"] is False
     assert read["nextSeq"] == 1
