@@ -58,7 +58,11 @@ def test_input_is_echoed_by_the_terminal(client: WsClient) -> None:
     assert events[-2]["params"]["exitCode"] == 0
 
 
-@pytest.mark.parametrize("argv", [["/bin/sleep", "100"], ["/bin/cat"]], ids=["sleep", "cat"])
+#: ``sleep`` in the foreground, saying so first: the tests wait for the word, not a while.
+SLEEPER = ["/bin/sh", "-c", "echo ready; exec sleep 100"]
+
+
+@pytest.mark.parametrize("argv", [SLEEPER, ["/bin/cat"]], ids=["sleep", "cat"])
 def test_ctrl_c_interrupts_the_foreground_program(client: WsClient, argv: list[str]) -> None:
     """Writing ^C (0x03) makes the terminal send SIGINT to its foreground process group."""
     _start(client, "fg", argv)
@@ -66,7 +70,7 @@ def test_ctrl_c_interrupts_the_foreground_program(client: WsClient, argv: list[s
         _write(client, "fg", "abc\n")
         _until(client, "fg", b"abc\r\nabc\r\n")
     else:
-        time.sleep(0.1)
+        _until(client, "fg", b"ready")
     _write(client, "fg", b"\x03")
     events = client.process_events("fg")
     assert events[-2]["params"]["exitCode"] == 130
@@ -74,8 +78,8 @@ def test_ctrl_c_interrupts_the_foreground_program(client: WsClient, argv: list[s
 
 def test_signal_interrupt_reaches_the_foreground_group(client: WsClient) -> None:
     """process/signal interrupt on a tty process interrupts its foreground program."""
-    _start(client, "sig", ["/bin/sleep", "100"])
-    time.sleep(0.1)
+    _start(client, "sig", SLEEPER)
+    _until(client, "sig", b"ready")
     client.request("process/signal", {"processId": "sig", "signal": "interrupt"})
     events = client.process_events("sig")
     assert events[-2]["params"]["exitCode"] == 130

@@ -124,17 +124,34 @@ def test_session_expires_after_ttl_and_kills_its_trees(daemon_factory: type[Runn
         assert response["error"] == {"code": -32600, "message": f"unknown session id {session_id}"}
 
 
+class Witness:
+    """A second session that, once detached, expires by the same TTL: when its process is
+    gone, every expiry timer started before its detach has run out. Tests wait for that
+    instead of sleeping "long enough"."""
+
+    def __init__(self, daemon: RunningDaemon) -> None:
+        self.client = daemon.client()
+        self.client.initialize("witness")
+        _start(self.client, "w", "echo $$; exec sleep 1002")
+        self.pid = pid_from_first_output(self.client, "w")
+
+    def detach_and_outlive(self) -> None:
+        """Detach now; return once the witness has expired (its process was killed)."""
+        self.client.close()
+        assert gone(self.pid, timeout=30), "the witness session never expired"
+
+
 def test_resume_within_ttl_succeeds(daemon_factory: type[RunningDaemon]) -> None:
-    """A session resumed before its TTL keeps its processes and its id."""
+    """A session resumed before its TTL keeps its processes and its id, past that TTL."""
     daemon = daemon_factory(["--session-ttl", "2"])
     with daemon.client() as client:
         session_id = client.initialize()["sessionId"]
         _start(client, "s", "exec sleep 30")
-    time.sleep(0.3)
-    with _resume(daemon, session_id) as again:
-        assert again.request("process/terminate", {"processId": "s"}) == {"running": True}
-        time.sleep(2.2)  # past the original TTL: the resume cancelled it
+    witness = Witness(daemon)
+    with _resume(daemon, session_id) as again:  # after the detach, so after its timer began
+        witness.detach_and_outlive()  # past the original TTL: the resume cancelled it
         assert again.request("environment/status") == {"status": "ready"}
+        assert again.request("process/terminate", {"processId": "s"}) == {"running": True}
         read = again.request("process/read", {"processId": "s", "waitMs": 2000})
         assert read["exitCode"] == 137
 
@@ -150,7 +167,10 @@ def test_late_close_never_detaches_newer_attachment(daemon_factory: type[Running
         client.close()
     final = _resume(daemon, session_id)
     with final:
-        time.sleep(0.6)  # twice the TTL: a stray expiry would have ended the session
+        # Each resume above succeeded only once the daemon had handled the close before it,
+        # so any stray expiry was scheduled before the witness detaches: it has fired by the
+        # time the witness has expired, and would have ended the session.
+        Witness(daemon).detach_and_outlive()
         assert final.request("process/read", {"processId": "keep"})["exited"] is False
         assert final.request("process/terminate", {"processId": "keep"}) == {"running": True}
 
