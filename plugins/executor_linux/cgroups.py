@@ -206,7 +206,10 @@ def _writable(hierarchy: Hierarchy) -> str:
     """Empty when the daemon may create command cgroups in ``hierarchy``, else why not."""
     target = hierarchy.base if os.path.isdir(hierarchy.base) else hierarchy.own
     if not os.access(target, os.W_OK):
-        return f"{target} is not writable by this user (run as root or delegate a cgroup)"
+        return (
+            f"{target} is not writable here (a read-only mount, or another user's: run the"
+            " daemon as root or in a cgroup delegated to it)"
+        )
     if hierarchy.version == 2 and not os.path.isdir(hierarchy.base):
         control = os.path.join(hierarchy.own, "cgroup.subtree_control")
         if not os.access(control, os.W_OK):
