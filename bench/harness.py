@@ -254,7 +254,12 @@ def our_command() -> str:
     """How the runner starts our daemon."""
     executor = Path(sys.executable).with_name("executor")
     program = str(executor) if executor.exists() else f"{sys.executable} -m executor"
-    return f"{program} serve --listen ws://127.0.0.1:{{port}} --log-level warning"
+    # The http cases request the benchmark's own loopback server, which http/request refuses
+    # by default.
+    return (
+        f"{program} serve --listen ws://127.0.0.1:{{port}} --log-level warning"
+        " --http-allow-cidr 127.0.0.1"
+    )
 
 
 async def settle(seconds: float = 0.3) -> None:

@@ -11,7 +11,12 @@ from collections.abc import Sequence
 from executor import __version__
 from executor.daemon import DaemonConfig
 from executor.errors import ConfigError, ExecutorError
-from executor.http.policy import DEFAULT_MAX_BUFFERED_BYTES, HttpPolicy
+from executor.http.policy import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    HttpPolicy,
+    IPNetwork,
+    parse_network,
+)
 from executor.logs import configure_logging
 from executor.process import ProcessLimits
 from executor.sandbox.limits import DEFAULT_LIMITS_TEXT, default_limits, parse_assignment
@@ -258,8 +263,27 @@ def _add_http(serve: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="HOST",
-        help="only these hosts (exact, or *.suffix for subdomains) may be requested, redirects"
-        " included; repeatable. Without any, every host may be",
+        help="only these hosts may be requested, redirects included; repeatable: names (exact,"
+        " or *.suffix for subdomains), addresses or CIDRs (matched against the address"
+        " connected to, whatever name led there; they may be non-public). Without any, every"
+        " public host may be",
+    )
+    http.add_argument(
+        "--http-allow-private",
+        action="store_true",
+        help="let requests reach loopback, private, link-local and other non-public"
+        " addresses, checked on the address actually connected to, every redirect hop"
+        " included (refused by default); cloud metadata endpoints (169.254.169.254,"
+        " fd00:ec2::254, ...) stay refused",
+    )
+    http.add_argument(
+        "--http-allow-cidr",
+        action="append",
+        default=[],
+        type=_network,
+        metavar="CIDR",
+        help="let requests reach these non-public addresses (e.g. 10.0.0.0/8, 127.0.0.1,"
+        " a metadata endpoint); repeatable",
     )
     http.add_argument(
         "--http-max-buffered-bytes",
@@ -275,8 +299,17 @@ def _http_policy(args: argparse.Namespace) -> HttpPolicy:
         enabled=args.http_requests == "on",
         header_env_vars=frozenset(args.http_header_env_var),
         allowed_hosts=tuple(args.http_allow_host),
+        allow_private=args.http_allow_private,
+        allowed_networks=tuple(args.http_allow_cidr),
         max_buffered_bytes=args.http_max_buffered_bytes,
     )
+
+
+def _network(text: str) -> IPNetwork:
+    try:
+        return parse_network(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an address or CIDR: {text!r}") from None
 
 
 def _add_workspace(parser: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from executor.errors import InternalError, InvalidParams
 from executor.http.client import BodyFailure, BodyTooLarge, Exchange, HttpFailure, ResponseHead
 from executor.http.params import HttpRequestParams, prepare
+from executor.http.pools import pool_for
 from executor.protocol import b64codec, jsonrpc, methods
 from executor.protocol.messages import b64
 from executor.router import Reply, Route
@@ -160,9 +161,12 @@ async def http_request(ctx: RequestContext, params: HttpRequestParams) -> Any:
     policy = ctx.daemon.config.http
     if not policy.enabled:
         raise InvalidParams("http/request is disabled on this executor")
+    assert ctx.session is not None  # the handshake gate guarantees an attached session
+    # The session's own pool: no connection ever carries another session's exchanges.
+    pool = pool_for(ctx.session, policy, _tls_context)
     if not params.stream_response:
         request = prepare(params, policy, os.environ)
-        exchange = Exchange(request, tls=_tls_context, check_host=policy.check_host)
+        exchange = Exchange(request, pool, check_host=policy.check_host)
         try:
             head, body = await _fetch(exchange, policy.max_buffered_bytes)
         finally:
@@ -172,7 +176,7 @@ async def http_request(ctx: RequestContext, params: HttpRequestParams) -> Any:
     streams.reserve(params.request_id)  # before validation, as the reference checks it first
     try:
         request = prepare(params, policy, os.environ)
-        exchange = Exchange(request, tls=_tls_context, check_host=policy.check_host)
+        exchange = Exchange(request, pool, check_host=policy.check_host)
         try:
             head = await _open(exchange)
         except BaseException:

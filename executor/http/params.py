@@ -2,7 +2,11 @@
 
 Validation follows the reference's order and wording: the method token, then the URL (parse,
 then scheme), then each header in order (name, ``valueEnvVar``, value). What this executor's
-policy adds (the host allow-list, allowed ``valueEnvVar`` names) comes in the same pass.
+policy adds (the host allow-list, allowed ``valueEnvVar`` names) comes in the same pass, and
+so does its one rule the reference lacks: the request's framing (``content-length``,
+``transfer-encoding``, ``host``, the hop-by-hop headers) is the executor's to write. A
+client that could set it could make one request carry two, and its extra response would be
+read as the answer to whatever is sent next on that connection.
 """
 
 from __future__ import annotations
@@ -31,6 +35,19 @@ __all__ = [
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # A header value may hold any byte but controls (tab excepted) and DEL; non-ASCII goes as UTF-8.
 _BAD_VALUE: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: Headers that frame the message or manage the connection: never taken from the client.
+_FRAMING: Final = frozenset(
+    {
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "upgrade",
+        "http2-settings",
+    }
+)
 
 
 class RedirectPolicy(enum.StrEnum):
@@ -70,7 +87,12 @@ class OutgoingRequest:
     method: str
     url: Url
     #: Lowercase names (as the reference sends them), in the caller's order, duplicates kept.
+    #: Never ``host`` (computed for each hop) nor ``_FRAMING``; a ``content-length`` here
+    #: equals the body's length.
     headers: tuple[tuple[str, bytes], ...]
+    #: Names of the headers whose value came from the executor's environment (``valueEnvVar``):
+    #: dropped, like credentials, when a redirect leaves the origin.
+    secret_headers: frozenset[str] = frozenset()
     body: bytes
     follow_redirects: bool
     #: Seconds for the whole exchange, headers and body; None: no deadline.
@@ -84,7 +106,16 @@ def prepare(
     if not _TOKEN.fullmatch(params.method):
         raise InvalidParams("http/request method is invalid: invalid HTTP method")
     url = _parse(params.url)
-    headers = [_header(header, policy, environ) for header in params.headers]
+    body = params.body_base64 or b""
+    headers: list[tuple[str, bytes]] = []
+    secret: set[str] = set()
+    for header in params.headers:
+        name, value = _header(header, policy, environ)
+        if _computed(header, name, value, url, body):
+            continue
+        headers.append((name, value))
+        if header.value_env_var is not None:
+            secret.add(name)
     policy.check_host(url.host)
     if url.username or url.password is not None:
         headers.insert(0, ("authorization", _basic_auth(url)))
@@ -92,7 +123,8 @@ def prepare(
         method=params.method,
         url=url,
         headers=tuple(headers),
-        body=params.body_base64 or b"",
+        secret_headers=frozenset(secret),
+        body=body,
         follow_redirects=params.redirect_policy is RedirectPolicy.FOLLOW,
         timeout=None if params.timeout_ms is None else params.timeout_ms / 1000,
     )
@@ -126,7 +158,31 @@ def _header(header: Header, policy: HttpPolicy, environ: Mapping[str, str]) -> t
         raise InvalidParams(
             f"http/request header value is invalid for {header.name}: failed to parse header value"
         )
-    return header.name.lower(), value.encode("utf-8", "replace")
+    # Surrounding whitespace is not part of a field value (RFC 9110 §5.5); h11 refuses it.
+    return header.name.lower(), value.strip(" \t").encode("utf-8", "replace")
+
+
+def _computed(header: Header, name: str, value: bytes, url: Url, body: bytes) -> bool:
+    """Check a header against the framing the client computes. True for a ``host`` that
+    names the URL's authority (left out: the computed one is sent, on every hop); a
+    ``content-length`` equal to the body's length is kept. ``InvalidParams`` otherwise."""
+    if name in _FRAMING:
+        raise InvalidParams(
+            f"http/request header {header.name} is not allowed: the executor frames requests itself"
+        )
+    if name == "content-length" and value != str(len(body)).encode():
+        raise InvalidParams(
+            f"http/request header {header.name} must match the body ({len(body)} bytes)"
+            " or be left out: the executor frames requests itself"
+        )
+    if name == "host":
+        if value.lower() != url.authority.encode("ascii"):
+            raise InvalidParams(
+                f"http/request header {header.name} must match the URL ({url.authority}) or be"
+                " left out: the executor frames requests itself"
+            )
+        return True
+    return False
 
 
 def _basic_auth(url: Url) -> bytes:

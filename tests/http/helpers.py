@@ -8,6 +8,8 @@ from typing import Any
 from tests.support.client import WsClient
 
 DELTA = "http/request/bodyDelta"
+#: The serve option a daemon needs to reach these tests' loopback servers (refused by default).
+LOOPBACK = ["--http-allow-private"]
 
 
 def request(client: WsClient, url: str, method: str = "GET", **extra: Any) -> Any:

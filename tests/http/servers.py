@@ -33,6 +33,8 @@ class Recorder:
     requests: list[Seen] = field(default_factory=list)
     #: Set when a streaming handler notices its client went away.
     client_gone: threading.Event = field(default_factory=threading.Event)
+    #: Set once /double/late has written its unasked-for second answer.
+    extra_sent: threading.Event = field(default_factory=threading.Event)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -46,7 +48,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
+        # /ignore leaves the body unread, as some servers do for a GET: whatever it holds
+        # is read as the next request on the connection.
+        ignored = self.path.startswith("/ignore")
+        body = self.rfile.read(length) if length and not ignored else b""
         self.recorder.requests.append(
             Seen(
                 self.command,
@@ -81,6 +86,10 @@ class Handler(BaseHTTPRequestHandler):
     def _route_missing(self, _body: bytes) -> None:
         self._reply(404, b"missing")
 
+    def _route_ignore(self, _body: bytes) -> None:
+        """/ignore: answers without reading the request body (see ``_handle``)."""
+        self._reply(200, b"body ignored")
+
     def _route_echo(self, body: bytes) -> None:
         """The request as JSON, plus response headers with duplicates and mixed case."""
         seen = self.recorder.requests[-1]
@@ -88,6 +97,18 @@ class Handler(BaseHTTPRequestHandler):
         out["body"] = body.decode("latin-1")
         extra = (("X-Dup", "one"), ("X-Dup", "two"), ("X-MiXed-Case", "Value"))
         self._reply(200, json.dumps(out).encode(), extra)
+
+    def _route_double(self, _body: bytes) -> None:
+        """/double/now and /double/late: the answer, then a second one nobody asked for —
+        in the same write, or once the client had time to put the connection back."""
+        self._reply(200, b"asked")
+        extra = b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nunasked!!"
+        if self._arg(1) == "late":
+            self.wfile.flush()
+            time.sleep(0.1)
+        self.wfile.write(extra)
+        self.wfile.flush()
+        self.recorder.extra_sent.set()
 
     def _route_status(self, _body: bytes) -> None:
         self._reply(int(self._arg(1)), b"status body")
@@ -162,25 +183,27 @@ class HttpServer:
     port: int
     recorder: Recorder
     scheme: str = "http"
+    #: The address it listens on.
+    address: str = "127.0.0.1"
 
-    def url(self, path: str, host: str = "127.0.0.1") -> str:
-        """An absolute URL on this server."""
-        return f"{self.scheme}://{host}:{self.port}{path}"
+    def url(self, path: str, host: str | None = None) -> str:
+        """An absolute URL on this server (``host``: another name for its address)."""
+        return f"{self.scheme}://{host or self.address}:{self.port}{path}"
 
 
 @contextmanager
-def serve(tls: ssl.SSLContext | None = None) -> Iterator[HttpServer]:
-    """A threaded server on 127.0.0.1 (TLS when ``tls`` is given)."""
+def serve(tls: ssl.SSLContext | None = None, address: str = "127.0.0.1") -> Iterator[HttpServer]:
+    """A threaded server on ``address`` (TLS when ``tls`` is given)."""
     recorder = Recorder()
     handler = type("BoundHandler", (Handler,), {"recorder": recorder})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = ThreadingHTTPServer((address, 0), handler)
     server.daemon_threads = True
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
-        yield HttpServer(server.server_address[1], recorder, "https" if tls else "http")
+        yield HttpServer(server.server_address[1], recorder, "https" if tls else "http", address)
     finally:
         server.shutdown()
         server.server_close()

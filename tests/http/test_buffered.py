@@ -7,13 +7,15 @@ import json
 
 import pytest
 
-from tests.http.helpers import body, request
+from tests.http.helpers import LOOPBACK, body, request
 from tests.http.servers import HttpServer, free_port
 from tests.support.client import RpcError, WsClient
 
 
 def test_get_sends_reference_default_headers(client: WsClient, server: HttpServer) -> None:
-    """A GET carries the caller's headers (lowercased, in order, duplicates kept), then defaults."""
+    """A GET carries the caller's headers (lowercased, in order, duplicates kept), then
+    ``accept``. ``host`` comes first: h11 writes it there, as RFC 9110 §7.2 asks (the
+    reference sends it last)."""
     headers = [{"name": "X-A", "value": "1"}, {"name": "x-a", "value": "2"}]
     result = request(client, server.url("/echo?q=1"), headers=headers)
     echo = json.loads(body(result))
@@ -21,10 +23,10 @@ def test_get_sends_reference_default_headers(client: WsClient, server: HttpServe
     assert echo["method"] == "GET"
     assert echo["path"] == "/echo?q=1"
     assert echo["headers"] == [
+        ["host", f"127.0.0.1:{server.port}"],
         ["x-a", "1"],
         ["x-a", "2"],
         ["accept", "*/*"],
-        ["host", f"127.0.0.1:{server.port}"],
     ]
 
 
@@ -75,7 +77,10 @@ def test_url_credentials_become_basic_auth(client: WsClient, server: HttpServer)
     url = f"http://user:pa%20ss@127.0.0.1:{server.port}/echo"
     echo = json.loads(body(request(client, url)))
     expected = "Basic " + base64.b64encode(b"user:pa ss").decode()
-    assert echo["headers"][0] == ["authorization", expected]
+    assert echo["headers"][:2] == [
+        ["host", f"127.0.0.1:{server.port}"],
+        ["authorization", expected],
+    ]
 
 
 def test_connection_refused(client: WsClient) -> None:
@@ -102,7 +107,7 @@ def test_buffered_body_cap(daemon_factory: type, server: HttpServer) -> None:
     from executor.http import policy
 
     assert policy.DEFAULT_MAX_BUFFERED_BYTES == 256 * 1024 * 1024
-    daemon = daemon_factory(["--http-max-buffered-bytes", "1000"])
+    daemon = daemon_factory([*LOOPBACK, "--http-max-buffered-bytes", "1000"])
     with daemon.session() as client:
         assert len(body(request(client, server.url("/bytes/1000")))) == 1000
         with pytest.raises(RpcError) as error:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.http.helpers import body, request
+from tests.http.helpers import LOOPBACK, body, request
 from tests.http.servers import HttpServer, serve
 from tests.support.client import WsClient
 from tests.support.daemon import RunningDaemon
@@ -101,11 +101,11 @@ def test_https_with_a_trusted_ca(
 ) -> None:
     """A CA trusted through SSL_CERT_FILE verifies; without it the request fails."""
     server, ca = tls_server
-    trusting = daemon_factory(env={"SSL_CERT_FILE": str(ca)})
+    trusting = daemon_factory(LOOPBACK, env={"SSL_CERT_FILE": str(ca)})
     with trusting.session() as client:
         echo = json.loads(body(request(client, server.url("/echo"))))
     assert echo["method"] == "GET"
-    distrusting = daemon_factory(unset=["SSL_CERT_FILE"])
+    distrusting = daemon_factory(LOOPBACK, unset=["SSL_CERT_FILE"])
     with distrusting.session() as client, pytest.raises(Exception, match="error sending request"):
         request(client, server.url("/echo"))
 
@@ -113,8 +113,8 @@ def test_https_with_a_trusted_ca(
 def test_many_stalled_requests_leave_the_filesystem_methods_alone(
     client: WsClient, server: HttpServer, tmp_path: Path
 ) -> None:
-    """Requests blocked on a slow server hold threads of their own pool, not the one the
-    fs/* methods use: more of them than that pool has threads cannot stall an fs call."""
+    """Requests waiting on a slow server hold no thread (they wait on the event loop), so
+    more of them than the pool the fs/* methods use has threads cannot stall an fs call."""
     (tmp_path / "f.txt").write_text("still answered")
     stalled = []
     for index in range(12):
