@@ -97,7 +97,9 @@ class LinuxBackend:
         restricted = rules.network is NetworkMode.RESTRICTED
         lock_metadata = rules.filesystem_restricted and not use_namespaces
         payload: dict[str, object] = {
-            "seccomp": seccomp_policy.compile_filter(restricted, lock_metadata)
+            "seccomp": seccomp_policy.compile_filter(
+                restricted, lock_metadata, shared_pids=not use_namespaces
+            )
         }
         layers: list[str] = []
         release = None
@@ -146,7 +148,11 @@ class LinuxBackend:
             details["executor_state"] = "not hidden (no mount namespace; it holds no secrets)"
         seccomp_modes = [
             mode
-            for mode, on in (("network-off", restricted), ("metadata-locked", lock_metadata))
+            for mode, on in (
+                ("network-off", restricted),
+                ("metadata-locked", lock_metadata),
+                ("own-pid-only", not use_namespaces),
+            )
             if on
         ]
         layers.append(f"seccomp({','.join(seccomp_modes)})" if seccomp_modes else "seccomp")

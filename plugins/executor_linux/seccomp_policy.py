@@ -109,6 +109,13 @@ ALWAYS_DENIED = (
     "iopl",
     "ioperm",
 )
+#: ``(pid, ...)`` calls that change another process's scheduling (see ``shared_pids``).
+OTHER_PROCESS_SETTERS = (
+    "sched_setaffinity",
+    "sched_setscheduler",
+    "sched_setparam",
+    "sched_setattr",
+)
 NETWORK_DENIED = ("connect", "bind", "listen", "accept", "accept4")
 METADATA_DENIED = (
     "chmod",
@@ -219,8 +226,16 @@ def _import_pyseccomp() -> Any:
 
 
 @cache
-def compile_filter(network_restricted: bool, lock_metadata: bool = False) -> bytes:
-    """The raw BPF program for the network mode (built once per daemon and variant)."""
+def compile_filter(
+    network_restricted: bool, lock_metadata: bool = False, shared_pids: bool = False
+) -> bytes:
+    """The raw BPF program for the network mode (built once per daemon and variant).
+
+    ``shared_pids``: the command shares the host's PID namespace (no namespaces here), so a
+    process ID may name a host process of the same user, whose limits, priority or CPU
+    placement the kernel lets a same-uid caller change without any capability. Those calls
+    are then allowed on the caller itself only (pid 0); reading stays allowed.
+    """
     seccomp = _import_pyseccomp()  # imported late: it costs ~20 ms and only the daemon needs it
 
     f = seccomp.SyscallFilter(seccomp.ALLOW)
@@ -241,6 +256,15 @@ def compile_filter(network_restricted: bool, lock_metadata: bool = False) -> byt
     if network_restricted:
         for name in NETWORK_DENIED:
             _deny(f, seccomp, name)
+    if shared_pids:
+        _deny(f, seccomp, "prlimit64", seccomp.Arg(0, seccomp.NE, 0), seccomp.Arg(2, seccomp.NE, 0))
+        for name in OTHER_PROCESS_SETTERS:
+            _deny(f, seccomp, name, seccomp.Arg(0, seccomp.NE, 0))
+        # setpriority/ioprio_set(which, who): only "this process" (PRIO_PROCESS = 0,
+        # IOPRIO_WHO_PROCESS = 1; who 0); a user or group target reaches host processes.
+        for name, this_process in (("setpriority", 0), ("ioprio_set", 1)):
+            _deny(f, seccomp, name, seccomp.Arg(0, seccomp.NE, this_process))
+            _deny(f, seccomp, name, seccomp.Arg(1, seccomp.NE, 0))
     if lock_metadata:
         for name in METADATA_DENIED:
             _deny(f, seccomp, name)
