@@ -203,7 +203,13 @@ class ProfileLibrary:
         if parent_name not in self._files:
             raise _fail(raw.source, "extends", f"unknown profile {parent_name!r}")
         parent = self._merge(load_file(self._files[parent_name]), [*chain, raw.name])
-        return _merge_tables(parent, {k: v for k, v in raw.data.items() if k != "extends"})
+        merged = _merge_tables(parent, {k: v for k, v in raw.data.items() if k != "extends"})
+        names = [parent.get("protected_names"), raw.data.get("protected_names")]
+        if all(isinstance(n, list) for n in names):
+            # Protection accumulates: a profile that extends another can add names, and can
+            # never drop one its parent protects by listing others.
+            merged["protected_names"] = list(dict.fromkeys([*names[0], *names[1]]))
+        return merged
 
 
 def _merge_tables(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

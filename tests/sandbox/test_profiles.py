@@ -133,3 +133,18 @@ def test_extra_directories_override_shipped_profiles(
     monkeypatch.setenv("EXECUTOR_PROFILES_DIR", str(tmp_path))
     assert default_library().get("read-only").description == "site policy"
     assert shipped_directory().joinpath("read-only.toml").is_file()
+
+
+def test_protected_names_accumulate_through_extends(tmp_path: Path) -> None:
+    """A profile extending `workspace` adds names; it cannot drop the parent's."""
+    (tmp_path / "mine.toml").write_text(
+        'extends = "workspace"\nprotected_names = ["secrets.toml"]\n', encoding="utf-8"
+    )
+    library = ProfileLibrary([shipped_directory(), tmp_path])
+    fs = library.get("mine").permissions.file_system
+    assert fs is not None
+    assert "secrets.toml" in fs.protected_names
+    assert {".vscode", ".mcp.json", ".bashrc"} <= set(fs.protected_names)
+    (tmp_path / "bad.toml").write_text('protected_names = ["a/b"]\n', encoding="utf-8")
+    with pytest.raises(ProfileError, match="protected_names"):
+        ProfileLibrary([tmp_path]).get("bad")
