@@ -103,10 +103,14 @@ class SandboxView:
             raise denial(errno.EROFS)
 
     def require_entry_change(self, path: str) -> None:
-        """Creating or removing the entry ``path``: it and its directory must be writable."""
+        """Creating or removing the entry ``path``: it and its directory must be writable,
+        and it must not be (or hold) a pinned path — what a sandboxed process meets as a
+        mount point, ``EBUSY``."""
         self.require_writable(path)
         if path != "/":
             self.require_writable(posixpath.dirname(path))
+        if self.rules.pins_below(path):
+            raise denial(errno.EBUSY)
 
     def denied(self, path: str) -> bool:
         """Whether the real ``path`` is denied by a rule or matches a deny glob (even where
