@@ -77,16 +77,6 @@ def test_default_refuses_a_name_that_resolves_to_loopback(
     assert request(client, server.url("/echo", host="localhost"))["status"] == 200
 
 
-def test_default_refuses_a_redirect_to_loopback(
-    strict_daemon: RunningDaemon, server: HttpServer
-) -> None:
-    """A redirect hop is checked like the first request (here the first hop is already
-    refused; ``test_allowed_origin_cannot_redirect_to_a_refused_one`` has one that is not)."""
-    with strict_daemon.session() as strict:
-        _refused(strict, server.url(f"/redirect/302?to={server.url('/echo')}"))
-    assert server.recorder.requests == []
-
-
 @pytest.fixture
 def allowed_server() -> Iterator[HttpServer]:
     """A server on 127.0.0.2: the one loopback address the ``cidr_daemon`` may reach."""
