@@ -193,12 +193,7 @@ def _apply_mounts(plan: dict[str, Any], namespaces: dict[str, Any], tty: bool) -
     if any(op == "mask_file" for op, _ in operations):
         empty_file = _staging_file(plan["staging"])
     if plan["readonly_root"]:
-        for point, _readonly in _mountinfo():
-            try:
-                syscalls.mount_setattr(point, set_flags=syscalls.MOUNT_ATTR_RDONLY)
-            except OSError as exc:
-                if exc.errno not in _IGNORED_ON_MISSING:  # gone, or shadowed by a later mount
-                    raise
+        _readonly_everywhere()
     for op, path in operations:
         _mount_one(op, path, empty_file, host_readonly)
     if plan.get("private_dev"):
@@ -208,8 +203,28 @@ def _apply_mounts(plan: dict[str, Any], namespaces: dict[str, Any], tty: bool) -
         syscalls.mount("tmpfs", "/dev/shm", "tmpfs", flags, "mode=1777")
     if namespaces.get("proc"):
         flags = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
-        syscalls.mount("proc", "/proc", "proc", flags)
-        _mask_proc()
+        # With a read-only root the fresh /proc is read-only too: no sysctl, no sysrq, no
+        # /proc/self knob can be written (Landlock already refuses those writes there).
+        readonly = bool(plan["readonly_root"])
+        syscalls.mount("proc", "/proc", "proc", flags | (syscalls.MS_RDONLY if readonly else 0))
+        if plan.get("mask_proc", True):
+            _mask_proc(readonly)
+
+
+def _readonly_everywhere() -> None:
+    """Every mount read-only: one recursive call, or mount by mount where the kernel refuses
+    that (a mount that is gone or shadowed by a later one is skipped then)."""
+    try:
+        syscalls.mount_setattr("/", set_flags=syscalls.MOUNT_ATTR_RDONLY, recursive=True)
+        return
+    except OSError:
+        pass
+    for point, _readonly in _mountinfo():
+        try:
+            syscalls.mount_setattr(point, set_flags=syscalls.MOUNT_ATTR_RDONLY)
+        except OSError as exc:
+            if exc.errno not in _IGNORED_ON_MISSING:
+                raise
 
 
 # --- /dev and /proc ---------------------------------------------------------------------------
@@ -277,7 +292,7 @@ def _private_dev(private_shm: bool, tty: bool) -> None:
             os.close(fd)
 
 
-def _mask_proc() -> None:
+def _mask_proc(readonly: bool) -> None:
     null = os.open("/dev/null", os.O_PATH | os.O_CLOEXEC)
     try:
         for path in _PROC_MASKED_FILES:
@@ -289,8 +304,9 @@ def _mask_proc() -> None:
     flags = syscalls.MS_RDONLY | syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
     for path in _PROC_MASKED_DIRS:
         _mask_if_present(path, lambda p: syscalls.mount("tmpfs", p, "tmpfs", flags, "size=4k"))
-    for path in _PROC_READONLY:
-        _mask_if_present(path, _bind_readonly)
+    if not readonly:
+        for path in _PROC_READONLY:
+            _mask_if_present(path, _bind_readonly)
 
 
 def _bind_readonly(path: str) -> None:

@@ -1,0 +1,145 @@
+"""What each Linux sandbox layer costs a launch: ``/bin/true`` under the ``workspace`` rules,
+with one layer taken out at a time (Linux, as root or with user namespaces).
+
+    .venv/bin/python bench/layers.py [--runs 60]
+
+Launches go straight through the Linux backend and the launcher server (no daemon, no
+WebSocket), so the numbers isolate the layers: each row is the median launch-to-exit time
+with that layer removed from the plan, and the difference to the full plan is its cost.
+Variants are interleaved run by run, so drift of the machine hits them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import dataclasses
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from executor_linux.backend import LinuxBackend
+
+from executor.sandbox import Command
+from executor.sandbox.host import LocalHost
+from executor.sandbox.intent import parse_sandbox
+from executor.sandbox.materialize import materialize
+from executor.spawn.spawner import Spawner
+
+Variant = Callable[[dict[str, Any]], None]
+
+
+def _no_private_dev(payload: dict[str, Any]) -> None:
+    payload["mounts"]["private_dev"] = False
+
+
+def _no_proc_masks(payload: dict[str, Any]) -> None:
+    payload["mounts"]["mask_proc"] = False
+
+
+def _no_pins(payload: dict[str, Any]) -> None:
+    ops = payload["mounts"]["operations"]
+    payload["mounts"]["operations"] = [op for op in ops if op[0] != "pin"]
+
+
+def _no_limits(payload: dict[str, Any]) -> None:
+    payload["limits"] = None
+
+
+VARIANTS: dict[str, Variant | None] = {
+    "full plan": None,
+    "- private /dev": _no_private_dev,
+    "- /proc masks": _no_proc_masks,
+    "- pins": _no_pins,
+    "- limits (cgroups, rlimits)": _no_limits,
+}
+
+
+def _sandbox(workspace: str) -> dict[str, Any]:
+    def special(kind: str, access: str) -> dict[str, Any]:
+        return {"path": {"type": "special", "value": {"kind": kind}}, "access": access}
+
+    return {
+        "permissions": {
+            "type": "managed",
+            "file_system": {
+                "type": "restricted",
+                "entries": [
+                    special("root", "read"),
+                    special("project_roots", "write"),
+                    special("slash_tmp", "write"),
+                ],
+            },
+            "network": "restricted",
+        },
+        "cwd": f"file://{workspace}",
+        "workspaceRoots": [f"file://{workspace}"],
+        "windowsSandboxLevel": "disabled",
+    }
+
+
+async def _measure(runs: int, workspace: str) -> dict[str, float]:
+    backend = LinuxBackend()
+    rules = materialize(parse_sandbox(_sandbox(workspace)), LocalHost(cwd=workspace))
+    assert rules is not None
+    spawner = Spawner()
+    samples: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    try:
+        for run in range(runs + 1):
+            for name, variant in VARIANTS.items():
+                command = Command(
+                    executable="/bin/true", argv=("true",), env={}, cwd=workspace, tty=False
+                )
+                plan = backend.prepare(rules, command)
+                assert plan.setup is not None
+                payload = copy.deepcopy(plan.setup.payload)
+                if variant is not None:
+                    variant(payload)
+                setup = dataclasses.replace(plan.setup, payload=payload)
+                request = Command(
+                    executable=plan.executable,
+                    argv=plan.argv,
+                    env={},
+                    cwd=workspace,
+                    tty=False,
+                    setup=setup,
+                )
+                started = time.perf_counter()
+                launch = spawner.launch(request, (0, 1, 2))
+                await launch.started
+                await launch.exited
+                elapsed = time.perf_counter() - started
+                if plan.release is not None:
+                    plan.release()
+                if run:  # the first round warms the launcher up
+                    samples[name].append(elapsed * 1000)
+    finally:
+        spawner.close()
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=60)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="executor-layers-") as root:
+        workspace = os.path.join(os.path.realpath(root), "box", "ws")
+        os.makedirs(workspace)
+        medians = asyncio.run(_measure(args.runs, workspace))
+    full = medians["full plan"]
+    print(f"{'variant':32} {'median ms':>10} {'layer costs':>12}")
+    for name, value in medians.items():
+        cost = "" if name == "full plan" else f"{full - value:+.2f}"
+        print(f"{name:32} {value:10.2f} {cost:>12}")
+
+
+if __name__ == "__main__":
+    main()
