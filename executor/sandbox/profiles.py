@@ -204,11 +204,11 @@ class ProfileLibrary:
             raise _fail(raw.source, "extends", f"unknown profile {parent_name!r}")
         parent = self._merge(load_file(self._files[parent_name]), [*chain, raw.name])
         merged = _merge_tables(parent, {k: v for k, v in raw.data.items() if k != "extends"})
-        names = [parent.get("protected_names"), raw.data.get("protected_names")]
-        if all(isinstance(n, list) for n in names):
+        inherited, own = parent.get("protected_names"), raw.data.get("protected_names")
+        if isinstance(inherited, list) and isinstance(own, list):
             # Protection accumulates: a profile that extends another can add names, and can
             # never drop one its parent protects by listing others.
-            merged["protected_names"] = list(dict.fromkeys([*names[0], *names[1]]))
+            merged["protected_names"] = list(dict.fromkeys([*inherited, *own]))
         return merged
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def test_the_last_process_removes_what_an_executor_created(tmp_path: Path) -> No
     other.start()
     try:
         assert acquired.wait(10)
-        mine = Placeholders(lambda: locks).acquire([target])
+        mine = Placeholders(lambda: locks, grace=0).acquire([target])
         assert os.path.isdir(target)
         release.set()
         other.join(10)
@@ -51,7 +52,7 @@ def test_the_last_process_removes_what_an_executor_created(tmp_path: Path) -> No
 def test_a_directory_the_user_made_is_never_removed(tmp_path: Path) -> None:
     mine = tmp_path / "ws" / ".codex"
     mine.mkdir(parents=True)
-    release = Placeholders(lambda: str(tmp_path / "locks")).acquire([str(mine)])
+    release = Placeholders(lambda: str(tmp_path / "locks"), grace=0).acquire([str(mine)])
     release()
     assert mine.is_dir()
 
@@ -61,13 +62,32 @@ def test_a_forged_record_removes_nothing_else(tmp_path: Path) -> None:
     locks = tmp_path / "locks"
     victim = tmp_path / "victim"
     victim.mkdir()
-    placeholders = Placeholders(lambda: str(locks))
+    placeholders = Placeholders(lambda: str(locks), grace=0)
     target = str(tmp_path / "ws" / ".codex")
     release = placeholders.acquire([target])
-    for record in locks.glob("*.mutex"):
-        record.write_text(f"{victim}\n{target}\n")
+    (locks / "record").write_text(f"{victim}\n{target}\n")
     release()
     assert victim.is_dir() and not os.path.exists(target)
+
+
+def test_an_unused_placeholder_lingers_briefly_and_is_reused(tmp_path: Path) -> None:
+    """Back-to-back commands reuse a placeholder; it goes once none needed it for `grace`."""
+    target = tmp_path / "ws" / ".codex"
+    (tmp_path / "ws").mkdir()
+    placeholders = Placeholders(lambda: str(tmp_path / "locks"), grace=0.3)
+    placeholders.acquire([str(target)])()
+    assert target.is_dir(), "lingers"
+    inode = target.stat().st_ino
+    release = placeholders.acquire([str(target)])
+    assert target.stat().st_ino == inode, "reused, not made again"
+    release()
+    deadline = time.monotonic() + 5
+    while target.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not target.exists()
+    placeholders.acquire([str(target)])()
+    placeholders.flush()
+    assert not target.exists(), "flush removes what lingers at once"
 
 
 @pytest.mark.enforcement

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable
 
 import psutil
 
 from tests.support.client import WsClient
+
+
+def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Whether ``condition`` holds within ``timeout`` seconds (polled)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def gone(pid: int, timeout: float = 10.0) -> bool:
