@@ -162,6 +162,8 @@ class ManagedProcess:
         self.exit_code: int | None = None
         self.sandbox_denied = False
         self.failure: str | None = None
+        #: What the sandbox layers looked like from inside the command (when reported).
+        self.enforced: str | None = None
         self.tty = confined.request.tty
         self._loop = asyncio.get_running_loop()
         self._readers: dict[int, Stream] = {}
@@ -291,7 +293,7 @@ class ManagedProcess:
                 self.process_id,
                 code,
                 verdict.reason,
-                self.confined.summary,
+                self.enforced or self.confined.summary,
             )
         seq = self.log.mark_exited(code)
         self._emit(
@@ -556,6 +558,9 @@ class ProcessTable:
         except BaseException:
             process.discard()
             raise
+        if launch.observed:
+            log.info("process %s: observed in the command: %s", process.process_id, launch.observed)
+            process.enforced = launch.observed
         process.started(pid, supervisor, launch)
 
     # --- the other requests -------------------------------------------------------------------

@@ -103,15 +103,21 @@ async def run_command(request: RunRequest) -> int:
     spawner = Spawner()
     try:
         if request.tty:
-            return await _run_in_terminal(confined, spawner)
-        return await _run(confined, spawner)
+            return await _run_in_terminal(confined, spawner, request.verbose)
+        return await _run(confined, spawner, request.verbose)
     finally:
         spawner.close()
         if confined.release is not None:
             confined.release()
 
 
-async def _run(confined: ConfinedCommand, spawner: Spawner) -> int:
+def _print_observed(launch: Launch, verbose: bool) -> None:
+    """What the layers looked like from inside, once applied (backends that report it)."""
+    if verbose and launch.observed:
+        print(f"executor: observed in the command: {launch.observed}", file=sys.stderr)
+
+
+async def _run(confined: ConfinedCommand, spawner: Spawner, verbose: bool) -> int:
     loop = asyncio.get_running_loop()
     log = OutputLog()
     out_r, out_w = os.pipe()  # non-inheritable (PEP 446); macOS has no pipe2
@@ -133,6 +139,7 @@ async def _run(confined: ConfinedCommand, spawner: Spawner) -> int:
     except BaseException:
         await asyncio.gather(*ended)
         raise
+    _print_observed(launch, verbose)
     code = exit_code_from_status(await launch.exited)
     await asyncio.wait(ended, timeout=5)
     return _verdict(confined, code, log)
@@ -150,7 +157,7 @@ def _verdict(confined: ConfinedCommand, code: int, log: OutputLog) -> int:
     return code
 
 
-async def _run_in_terminal(confined: ConfinedCommand, spawner: Spawner) -> int:
+async def _run_in_terminal(confined: ConfinedCommand, spawner: Spawner, verbose: bool) -> int:
     """The command on a terminal of its own; ours relays keys in and output out, raw."""
     loop = asyncio.get_running_loop()
     log = OutputLog()
@@ -174,6 +181,7 @@ async def _run_in_terminal(confined: ConfinedCommand, spawner: Spawner) -> int:
         with contextlib.suppress(OSError):  # a regular file cannot be watched: no keys then
             loop.add_reader(ours, _forward_keys, loop, ours, controller)
         await launch.started
+        _print_observed(launch, verbose)
         code = exit_code_from_status(await launch.exited)
         await asyncio.wait([ended], timeout=5)  # the terminal's last output
     finally:

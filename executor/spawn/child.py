@@ -59,6 +59,13 @@ class ChildContext:
         finally:
             os._exit(STAGE_EXIT_STATUS)
 
+    def report(self, observed: str) -> None:
+        """Tell the supervisor what the layers look like from inside, once they are applied
+        (one line; the daemon logs it and ``executor run -v`` prints it)."""
+        os.write(
+            self.error_fd, ("+" + observed.replace("\n", " ") + "\n").encode("utf-8", "replace")
+        )
+
     def run(self, stage: str, step: Callable[[], object]) -> None:
         """Run ``step``; an ``OSError`` fails ``stage`` with its errno."""
         try:

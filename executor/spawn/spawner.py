@@ -77,6 +77,9 @@ class Launch:
     exited: asyncio.Future[int]
     gone: asyncio.Future[None]
     _buffer: bytearray = field(default_factory=bytearray)
+    #: What the sandbox layers looked like from inside the child, once applied (backends
+    #: that report it); set before ``started`` resolves.
+    observed: str | None = None
 
     def feed(self, data: bytes) -> None:
         """Consume supervisor report lines."""
@@ -95,6 +98,8 @@ class Launch:
             stage, _, tail = rest.partition(" ")
             number, _, detail = tail.partition(" ")
             self.started.set_exception(LaunchFailed(stage, int(number or 0), detail))
+        elif kind == "O" and not self.started.done():
+            self.observed = rest
         elif kind == "X" and not self.exited.done():
             self.exited.set_result(int(rest))
 

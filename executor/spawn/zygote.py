@@ -245,15 +245,20 @@ def _supervise(request: dict[str, Any], fds: list[int], control: socket.socket) 
     os.close(write_end)
     for fd in fds[1:]:
         os.close(fd)
-    failure = bytearray()
+    received = bytearray()
     while chunk := os.read(read_end, 4096):
-        failure += chunk
+        received += chunk
     os.close(read_end)
-    if failure:
-        _report(status_fd, "E " + failure.decode("utf-8", "replace").splitlines()[0] + "\n")
+    # "+..." lines: what the child observed of its layers; any other line: the failure.
+    lines = received.decode("utf-8", "replace").splitlines()
+    failure = next((line for line in lines if not line.startswith("+")), None)
+    if failure is not None:
+        _report(status_fd, "E " + failure + "\n")
     else:
+        for line in lines:
+            _report(status_fd, "O " + line[1:] + "\n")
         _report(status_fd, f"S {command} {os.getpid()}\n")
-    _reap(command, status_fd, report=not failure)
+    _reap(command, status_fd, report=failure is None)
 
 
 def _reap(command: int, status_fd: int, *, report: bool) -> None:

@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from executor_linux import landlock, rlimits, syscalls
+from executor_linux import landlock, observe, rlimits, syscalls
 
 #: Signals PID 1 forwards to the command's process group.
 _FORWARDED = (
@@ -52,11 +52,12 @@ def run(payload: dict[str, Any], ctx: Any) -> None:
     if not namespaces:
         _exec_confined(payload, ctx)
         return
+    before = observe.namespace_inodes()
     ctx.run("namespaces", lambda: _enter_namespaces(namespaces))
     os.setpgid(0, 0)  # our own group: the daemon signals it; PID 1 forwards to the command
     init = os.fork()
     if init == 0:
-        _namespace_init(payload, ctx)
+        _namespace_init(payload, ctx, before)
         return
     os.close(ctx.error_fd)
     for signum in _FORWARDED:
@@ -78,7 +79,7 @@ def _enter_namespaces(spec: dict[str, Any]) -> None:
         rlimits.in_user_namespace()  # RLIMIT_NPROC counts this sandbox only from here
 
 
-def _namespace_init(payload: dict[str, Any], ctx: Any) -> None:
+def _namespace_init(payload: dict[str, Any], ctx: Any, before: dict[str, int]) -> None:
     """PID 1 of the new namespaces: mounts, confine itself, spawn the command, relay."""
     spec = ctx.spec
     ctx.run("mounts", lambda: _apply_mounts(payload["mounts"], payload["namespaces"], spec.tty))
@@ -86,7 +87,7 @@ def _namespace_init(payload: dict[str, Any], ctx: Any) -> None:
     # fork of this Python process; the command inherits every layer. PID 1 only waits and
     # forwards signals afterwards, which the layers allow.
     ctx.run("chdir", lambda: os.chdir(spec.cwd))
-    _confine(payload, ctx)
+    _confine(payload, ctx, before)
     try:
         command = os.posix_spawn(
             spec.executable,
@@ -372,12 +373,15 @@ def _set_readonly(point: str) -> None:
 
 def _exec_confined(payload: dict[str, Any], ctx: Any) -> None:
     """Without namespaces this process becomes the command: confine it just before execve."""
-    ctx.before_exec = lambda: _confine(payload, ctx)
+    ctx.before_exec = lambda: _confine(payload, ctx, None)
     ctx.exec()
 
 
-def _confine(payload: dict[str, Any], ctx: Any) -> None:
-    """no_new_privs, Landlock (paths opened while capabilities allow), capabilities, seccomp."""
+def _confine(payload: dict[str, Any], ctx: Any, before: dict[str, int] | None) -> None:
+    """no_new_privs, Landlock (paths opened while capabilities allow), capabilities, seccomp;
+    then check from inside that each planned layer is in force (else the launch fails) and
+    report what was observed."""
+    observer = observe.Observer()
     ctx.run("no_new_privs", syscalls.set_no_new_privs)
     rules = payload.get("landlock")
     if rules:
@@ -386,6 +390,11 @@ def _confine(payload: dict[str, Any], ctx: Any) -> None:
     program = payload.get("seccomp")
     if program:
         ctx.run("seccomp", lambda: syscalls.load_seccomp(program))
+    problems, observed = observer.verify(payload, before, landlock=bool(rules))
+    observer.close()
+    if problems:
+        ctx.fail("verify", errno.EPERM, "planned but not in force: " + "; ".join(problems))
+    ctx.report(observed)
 
 
 def _apply_landlock(rules: dict[str, Any]) -> None:

@@ -310,3 +310,14 @@ def test_another_sessions_terminal_is_out_of_reach(daemon: RunningDaemon, ws: Pa
         assert "got:hi" in output_of(other.process_events("victim"), "pty").decode()
     finally:
         other.close()
+
+
+def test_daemon_log_shows_what_the_command_observed(
+    daemon: RunningDaemon, session: WsClient, ws: Path
+) -> None:
+    """The daemon logs the observed layers of each sandboxed command, not only the plan."""
+    start(session, ws, ["/bin/true"], process_id="observed")
+    session.process_events("observed")
+    assert eventually(lambda: "process observed: observed in the command:" in daemon.log())
+    line = next(text for text in daemon.log().splitlines() if "process observed: observed" in text)
+    assert "namespaces(mnt:" in line and "seccomp(filter mode" in line
