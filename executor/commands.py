@@ -104,6 +104,8 @@ def profile_explain(args: argparse.Namespace) -> int:
             )
         for glob in rules.deny_globs:
             print(f"  deny glob: {glob}")
+        for pin in rules.pinned:
+            print(f"  pinned (cannot be moved, removed or replaced): {pin}")
     for note in (*rules.notes, *_path_limits(profile, rules)):
         print(f"note: {note}")
     print(f"needs: {', '.join(sorted(rules.needs)) or 'nothing'}")

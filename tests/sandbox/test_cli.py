@@ -207,3 +207,15 @@ def test_unknown_profile_is_a_clear_error() -> None:
     result = executor("run", "--profile", "workspce", "--", "true")
     assert result.returncode == 2
     assert "unknown profile 'workspce'" in result.stderr and "workspace" in result.stderr
+
+
+def test_profile_explain_lists_pinned_paths(tmp_path: Path) -> None:
+    """A workspace inside writable /tmp: it and the directories up to /tmp are pinned."""
+    ws = tmp_path.resolve() / "box" / "ws"
+    ws.mkdir(parents=True)
+    out = executor("profile", "explain", "workspace", "--workspace", str(ws)).stdout
+    pinned = [line.split(": ", 1)[1] for line in out.splitlines() if "pinned (" in line]
+    assert str(ws) in pinned and str(ws.parent) in pinned
+    assert "/tmp" not in pinned  # its parent, /, is read-only: it cannot be moved anyway
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines() if line[:3] == "  /"}
+    assert rows[f"{ws.parent}/.git"] == "read"  # protected names at every pinned level
