@@ -260,8 +260,12 @@ def _run(copy: Path, mutation: Mutation) -> tuple[bool, float, str]:
         check=False,
     )
     path.write_text(original)
-    failed = [line for line in result.stdout.splitlines() if line.startswith("FAILED")]
-    return result.returncode != 0, time.monotonic() - started, (failed or [""])[0][7:]
+    failed = [
+        line.split(" ", 1)[1]
+        for line in result.stdout.splitlines()
+        if line.startswith(("FAILED ", "ERROR "))
+    ]
+    return result.returncode != 0, time.monotonic() - started, (failed or ["(see pytest)"])[0]
 
 
 def main() -> int:
