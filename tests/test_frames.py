@@ -174,3 +174,80 @@ def test_close_payload_truncates_reason_on_a_character_boundary() -> None:
     assert len(payload) <= 125
     payload[2:].decode("utf-8")
     assert close_payload(1009)[:2] == b"\x03\xf1"
+
+
+@pytest.mark.parametrize(
+    ("bad", "code"),
+    [
+        (client_frame(TEXT, b"x", masked=False), 1002),
+        (client_frame(TEXT, b"x", rsv=0x20), 1002),
+        (client_frame(0xB, b""), 1002),
+        (client_frame(BINARY, b"x" * 101), 1009),
+        (client_frame(TEXT, b"\xff"), 1007),
+        (client_frame(CLOSE, struct.pack("!H", 1004)), 1002),
+    ],
+    ids=["unmasked", "reserved-bit", "reserved-opcode", "too-big", "not-utf8", "bad-close-code"],
+)
+def test_frames_before_a_bad_one_in_the_same_feed_come_with_the_error(
+    bad: bytes, code: int
+) -> None:
+    """A bad frame does not swallow the valid ones read with it: the error carries them."""
+    good = client_frame(TEXT, b'{"id":1}') + client_frame(PING, b"p") + client_frame(BINARY, b"b")
+    with pytest.raises(FrameError) as info:
+        reader(max_frame=100).feed(good + bad + client_frame(TEXT, b"never"))
+    assert info.value.code == code
+    assert info.value.events == [Message(b'{"id":1}', True), Ping(b"p"), Message(b"b", False)]
+
+
+def test_text_must_be_utf8_and_binary_need_not() -> None:
+    """Invalid UTF-8 fails a text message with 1007; a binary message is just bytes."""
+    assert reader().feed(client_frame(TEXT, "κόσμε".encode())) == [Message("κόσμε".encode(), True)]
+    assert reader().feed(client_frame(BINARY, b"\xff")) == [Message(b"\xff", False)]
+    with pytest.raises(FrameError) as info:
+        reader().feed(client_frame(TEXT, b"ok \xed\xa0\x80"))  # a surrogate
+    assert info.value.code == 1007
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3])
+def test_a_character_may_span_fragments(cut: int) -> None:
+    """A multi-byte character split across fragments (a ping between them) is valid."""
+    data = "a𝄞b".encode()
+    one = reader()
+    assert one.feed(client_frame(TEXT, data[: 1 + cut], fin=False)) == []
+    assert one.feed(client_frame(PING, b"")) == [Ping(b"")]
+    assert one.feed(client_frame(CONT, data[1 + cut :])) == [Message(data, True)]
+
+
+@pytest.mark.parametrize(
+    ("fragments", "failing"),
+    [
+        ([b"valid ", b"\xff", b"never sent"], 1),
+        ([b"valid \xf4", b"\x90\x80\x80", b"never sent"], 1),  # above U+10FFFF, across a cut
+        ([b"valid ", b"\xc0\xaf"], 1),  # overlong
+        ([b"\xed\xa0", b"\x80"], 1),  # surrogate, across a cut
+        ([b"ok", b"ok", b"\xe2\x82"], 2),
+    ],
+    ids=["invalid-byte", "too-high", "overlong", "surrogate", "truncated-at-the-end"],
+)
+def test_fragmented_text_fails_at_the_fragment_that_breaks_it(
+    fragments: list[bytes], failing: int
+) -> None:
+    """The incremental check fails on the first fragment that cannot be UTF-8 (RFC 6455 §8.1)."""
+    one = reader()
+    last = len(fragments) - 1
+    frames = [
+        client_frame(TEXT if index == 0 else CONT, fragment, fin=index == last)
+        for index, fragment in enumerate(fragments)
+    ]
+    for frame in frames[:failing]:
+        assert one.feed(frame) == []
+    with pytest.raises(FrameError) as info:
+        one.feed(frames[failing])
+    assert info.value.code == 1007
+
+
+def test_binary_fragments_are_not_decoded() -> None:
+    """Fragmented binary messages are not checked for UTF-8."""
+    one = reader()
+    assert one.feed(client_frame(BINARY, b"\xff", fin=False)) == []
+    assert one.feed(client_frame(CONT, b"\xfe")) == [Message(b"\xff\xfe", False)]

@@ -6,13 +6,16 @@ requests/s). A server that negotiates no extension needs much less: this reader 
 common case — a masked, final, small text frame — in a few slicing operations and unmasks
 with websockets' C ``apply_mask`` when it is available. Everything else the RFC asks of a
 server is here too: fragmentation, control frames interleaved with fragments, the size
-limits, the close handshake's frame, and protocol errors mapped to close codes.
+limits, the close handshake's frame, UTF-8 validation of text messages (a fragmented one
+fails at the fragment that makes it invalid, RFC 6455 §8.1), and protocol errors mapped to
+close codes.
 
 Events are ``NamedTuple``s (cheaper to build than frozen dataclasses, one per message).
 """
 
 from __future__ import annotations
 
+import codecs
 import struct
 from collections.abc import Callable
 from typing import Final, NamedTuple
@@ -22,6 +25,7 @@ __all__ = [
     "PING",
     "PONG",
     "Close",
+    "Event",
     "FrameError",
     "FrameReader",
     "Message",
@@ -65,12 +69,17 @@ except ImportError:  # pragma: no cover - the pure fallback is tested directly
 
 
 class FrameError(Exception):
-    """The peer broke the protocol; close the connection with ``code``."""
+    """The peer broke the protocol; close the connection with ``code``.
+
+    ``events`` are those of the valid frames that preceded the bad one in the same ``feed``:
+    the peer sent them before breaking the protocol, so they are still to be handled.
+    """
 
     def __init__(self, code: int, reason: str) -> None:
         super().__init__(f"{code} {reason}")
         self.code = code
         self.reason = reason
+        self.events: list[Event] = []
 
 
 class Message(NamedTuple):
@@ -132,12 +141,17 @@ def close_payload(code: int, reason: str = "") -> bytes:
     return struct.pack("!H", code) + encoded
 
 
+#: A stateful UTF-8 decoder: the bytes of a character split across fragments wait inside it.
+_utf8_decoder: Final = codecs.getincrementaldecoder("utf-8")
+
+
 class FrameReader:
     """Incremental parser of client frames into events, enforcing the size limits.
 
     ``max_frame`` bounds one frame's payload; ``max_message`` a reassembled message. Either
-    violation raises ``FrameError(1009)``; protocol violations raise ``FrameError(1002)``.
-    After an error the reader must not be fed again.
+    violation raises ``FrameError(1009)``; text that is not UTF-8 raises ``FrameError(1007)``;
+    other protocol violations raise ``FrameError(1002)``. The error carries the events of the
+    frames parsed before the bad one. After an error the reader must not be fed again.
     """
 
     __slots__ = (
@@ -145,6 +159,7 @@ class FrameReader:
         "_fragments",
         "_fragments_size",
         "_fragments_text",
+        "_fragments_utf8",
         "max_frame",
         "max_message",
     )
@@ -156,9 +171,14 @@ class FrameReader:
         self._fragments: list[bytes] | None = None
         self._fragments_size = 0
         self._fragments_text = False
+        #: Checks a fragmented text message as it arrives; made at its first non-ASCII byte.
+        self._fragments_utf8: codecs.IncrementalDecoder | None = None
 
     def feed(self, data: bytes) -> list[Event]:
-        """Consume ``data``; return the events of every complete frame in it."""
+        """Consume ``data``; return the events of every complete frame in it.
+
+        A bad frame raises ``FrameError`` with the events of the frames before it.
+        """
         buffer = self._buffer
         if buffer:
             buffer += data
@@ -167,33 +187,37 @@ class FrameReader:
             source = data
         events: list[Event] = []
         offset, size = 0, len(source)
-        while size - offset >= 2:
-            first = source[offset]
-            second = source[offset + 1]
-            length = second & 0x7F
-            head = offset + 2
-            if length >= 126:
-                if length == 126:
-                    if size - head < 2:
-                        break
-                    length = (source[head] << 8) | source[head + 1]
-                    head += 2
-                else:
-                    if size - head < 8:
-                        break
-                    length = int.from_bytes(source[head : head + 8], "big")
-                    head += 8
-            if not second & 0x80:
-                raise FrameError(1002, "incorrect masking")
-            self._check_size(first & 0x0F, length)
-            end = head + 4 + length
-            if end > size:
-                break
-            payload = apply_mask(source[head + 4 : end], source[head : head + 4])
-            offset = end
-            event = self._frame(first, payload)
-            if event is not None:
-                events.append(event)
+        try:  # free unless raised (zero-cost exceptions): the loop stays as fast
+            while size - offset >= 2:
+                first = source[offset]
+                second = source[offset + 1]
+                length = second & 0x7F
+                head = offset + 2
+                if length >= 126:
+                    if length == 126:
+                        if size - head < 2:
+                            break
+                        length = (source[head] << 8) | source[head + 1]
+                        head += 2
+                    else:
+                        if size - head < 8:
+                            break
+                        length = int.from_bytes(source[head : head + 8], "big")
+                        head += 8
+                if not second & 0x80:
+                    raise FrameError(1002, "incorrect masking")
+                self._check_size(first & 0x0F, length)
+                end = head + 4 + length
+                if end > size:
+                    break
+                payload = apply_mask(source[head + 4 : end], source[head : head + 4])
+                offset = end
+                event = self._frame(first, payload)
+                if event is not None:
+                    events.append(event)
+        except FrameError as exc:
+            exc.events = events
+            raise
         if offset:
             if source is buffer:
                 del buffer[:offset]
@@ -222,10 +246,18 @@ class FrameReader:
             if self._fragments is not None:
                 raise FrameError(1002, "expected a continuation frame")
             if fin:
-                return _new_tuple(Message, (payload, opcode == TEXT))
+                if opcode == TEXT:
+                    # Nearly every JSON message is ASCII: checked in C without building a str.
+                    if not payload.isascii():
+                        _check_utf8(payload)
+                    return _new_tuple(Message, (payload, True))
+                return _new_tuple(Message, (payload, False))
             self._fragments = [payload]
             self._fragments_size = len(payload)
             self._fragments_text = opcode == TEXT
+            self._fragments_utf8 = None
+            if opcode == TEXT:
+                self._check_fragment(payload, final=False)
             return None
         if opcode == CONT:
             fragments = self._fragments
@@ -233,10 +265,13 @@ class FrameReader:
                 raise FrameError(1002, "unexpected continuation frame")
             fragments.append(payload)
             self._fragments_size += len(payload)
+            if self._fragments_text:
+                self._check_fragment(payload, final=fin)
             if not fin:
                 return None
             self._fragments = None
             self._fragments_size = 0
+            self._fragments_utf8 = None
             return Message(b"".join(fragments), self._fragments_text)
         if not fin:
             raise FrameError(1002, "fragmented control frame")
@@ -247,6 +282,30 @@ class FrameReader:
         if opcode == CLOSE:
             return _parse_close(payload)
         raise FrameError(1002, f"invalid opcode {opcode:#x}")
+
+    def _check_fragment(self, payload: bytes, *, final: bool) -> None:
+        """Check the next fragment of a text message: an invalid sequence fails as soon as
+        its bytes arrive, whichever fragment holds them (RFC 6455 §8.1); a character may
+        continue in the next fragment unless ``final``."""
+        decoder = self._fragments_utf8
+        if decoder is None:
+            if payload.isascii():
+                return  # no character was left unfinished before it, nor is after it
+            decoder = self._fragments_utf8 = _utf8_decoder()
+        elif payload.isascii() and not decoder.getstate()[0]:
+            return
+        try:
+            decoder.decode(payload, final)
+        except UnicodeDecodeError:
+            raise FrameError(1007, "invalid UTF-8 in a text message") from None
+
+
+def _check_utf8(payload: bytes) -> None:
+    """Raise ``FrameError(1007)`` unless ``payload`` is UTF-8."""
+    try:
+        payload.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FrameError(1007, "invalid UTF-8 in a text message") from None
 
 
 def _parse_close(payload: bytes) -> Close:

@@ -29,6 +29,7 @@ from executor.transports.frames import (
     PING,
     PONG,
     Close,
+    Event,
     FrameError,
     FrameReader,
     Message,
@@ -37,10 +38,13 @@ from executor.transports.frames import (
     close_payload,
     frame_header,
 )
+from executor.transports.refusals import RefusalLog
 
 __all__ = ["ConnectionCallbacks", "WebSocketOptions", "WebSocketProtocol", "serve_websocket"]
 
 log = logging.getLogger("executor.websocket")
+#: The refusal log of protocols created without one of their own.
+_REFUSALS = RefusalLog(log)
 
 _TEXT_OPCODE = 0x1
 #: Payloads at least this large are written as their own buffer rather than copied into a
@@ -92,9 +96,16 @@ class _State(enum.Enum):
 class WebSocketProtocol(asyncio.Protocol):
     """One TCP connection: HTTP head first, then WebSocket frames."""
 
-    def __init__(self, make_connection: ConnectionFactory, options: WebSocketOptions) -> None:
+    def __init__(
+        self,
+        make_connection: ConnectionFactory,
+        options: WebSocketOptions,
+        refusals: RefusalLog | None = None,
+    ) -> None:
         self._make_connection = make_connection
         self._options = options
+        #: Shared by every connection of a listener: the limits hold across connections.
+        self._refusals = refusals if refusals is not None else _REFUSALS
         self._transport: asyncio.Transport | None = None
         self._fd = -1
         self._loop = asyncio.get_running_loop()
@@ -201,14 +212,19 @@ class WebSocketProtocol(asyncio.Protocol):
     # --- HTTP -------------------------------------------------------------------------------
 
     def _receive_head(self, data: bytes) -> None:
-        self._head += data
-        end = self._head.find(b"\r\n\r\n")
-        if end < 0:
-            if len(self._head) > handshake.MAX_HEAD_BYTES:
-                self._respond(handshake.Response(431, "Request Header Fields Too Large"))
+        buffer = self._head
+        searched = max(0, len(buffer) - 3)  # a terminator may straddle the previous read
+        buffer += data
+        end = buffer.find(b"\r\n\r\n", searched)
+        # One rule however the head arrives (one read or many): a head longer than the
+        # limit, blank line included, is refused; an unfinished one as soon as it must be.
+        if (end + 4 if end >= 0 else len(buffer) + 1) > handshake.MAX_HEAD_BYTES:
+            self._respond(handshake.Response(431, "Request Header Fields Too Large"))
             return
-        head, rest = bytes(self._head[:end]), bytes(self._head[end + 4 :])
-        self._head.clear()
+        if end < 0:
+            return
+        head, rest = bytes(buffer[:end]), bytes(buffer[end + 4 :])
+        buffer.clear()
         try:
             request = handshake.parse_head(head)
         except handshake.HandshakeError as exc:
@@ -216,16 +232,14 @@ class WebSocketProtocol(asyncio.Protocol):
             return
         decision = handshake.route(request, self._options.auth)
         if isinstance(decision, handshake.Response):
-            if decision.status == 401:
-                log.warning(
-                    "refused a WebSocket upgrade from %s: %s", self.peer, decision.body.decode()
-                )
             self._respond(decision, head_only=request.method == "HEAD")
             return
         self._accept(decision, rest)
 
     def _respond(self, response: handshake.Response, *, head_only: bool = False) -> None:
         assert self._transport is not None
+        if response.status >= 400:
+            self._log_refusal(response)
         payload = response.encode()
         if head_only and response.body:
             payload = payload[: len(payload) - len(response.body)]
@@ -233,6 +247,28 @@ class WebSocketProtocol(asyncio.Protocol):
         self._transport.write(payload)
         self._transport.close()
         self._cancel_timer()
+
+    def _log_refusal(self, response: handshake.Response) -> None:
+        status = response.status
+        detail = response.body.decode(errors="replace")  # our own text, never the peer's
+        if status == 401:  # a wrong or missing credential: worth a warning
+            self._refusals.refused(
+                "http 401",
+                logging.WARNING,
+                "refused a WebSocket upgrade from %s: %s",
+                self.peer,
+                detail,
+            )
+            return
+        self._refusals.refused(
+            f"http {status}",
+            logging.INFO,
+            "refused a request from %s: %d %s%s",
+            self.peer,
+            status,
+            response.reason,
+            f" ({detail})" if detail else "",
+        )
 
     def _accept(self, upgrade: handshake.Upgrade, rest: bytes) -> None:
         assert self._transport is not None
@@ -250,11 +286,22 @@ class WebSocketProtocol(asyncio.Protocol):
         try:
             events = self._reader.feed(data)
         except FrameError as exc:
-            # Events before the bad frame were already handed out by earlier feeds; the
-            # ones in this batch are dropped with the connection.
-            log.info("connection %s: protocol error: %s", self.peer, exc.reason)
-            self._fail(exc.code, exc.reason)
+            # The frames before the bad one are valid, whether they came in an earlier read
+            # or in this one: handle them (their answers go out before our close frame).
+            self._handle(exc.events)
+            if self._state is not _State.CLOSED:  # not already closed by a Close among them
+                self._refusals.refused(
+                    f"protocol {exc.code}",
+                    logging.INFO,
+                    "connection %s: protocol error: %s",
+                    self.peer,
+                    exc.reason,
+                )
+                self._fail(exc.code, exc.reason)
             return
+        self._handle(events)
+
+    def _handle(self, events: list[Event]) -> None:
         for event in events:
             if type(event) is Message:
                 self._on_message(event)
@@ -271,9 +318,6 @@ class WebSocketProtocol(asyncio.Protocol):
     def _on_message(self, message: Message) -> None:
         if self._state is not _State.OPEN:
             return  # data after our close frame is discarded (RFC 6455 §1.4)
-        if message.text and not message.data.isascii() and not _valid_utf8(message.data):
-            self._fail(1007, "invalid UTF-8 in a text message")
-            return
         if self._connection is not None:
             self._connection.message_received(message.data)
 
@@ -407,21 +451,15 @@ def _skip(parts: list[bytes | bytearray], sent: int) -> list[bytes | bytearray]:
     return []
 
 
-def _valid_utf8(data: bytes) -> bool:
-    if data.isascii():  # nearly every JSON message: checked in C without building a str
-        return True
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
 async def serve_websocket(
     host: str, port: int, make_connection: ConnectionFactory, options: WebSocketOptions
 ) -> asyncio.Server:
     """Listen on ``host:port``; each accepted socket gets a ``WebSocketProtocol``."""
     loop = asyncio.get_running_loop()
+    refusals = RefusalLog(log)
     return await loop.create_server(
-        lambda: WebSocketProtocol(make_connection, options), host, port, reuse_address=True
+        lambda: WebSocketProtocol(make_connection, options, refusals),
+        host,
+        port,
+        reuse_address=True,
     )

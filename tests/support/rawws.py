@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
 import socket
 import struct
 import time
@@ -26,7 +27,9 @@ __all__ = [
     "OP_TEXT",
     "HttpAnswer",
     "RawWebSocket",
+    "client_frame",
     "http_request",
+    "raw_http",
 ]
 
 OP_CONT, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
@@ -88,6 +91,37 @@ def http_request(
     return HttpAnswer(status=status, headers=parsed, body=body[:length])
 
 
+def raw_http(url: str, data: bytes, *, chunk: int = 0, timeout: float = 5.0) -> HttpAnswer:
+    """Send ``data`` as it is (in writes of ``chunk`` bytes, 0: one write); read the answer.
+
+    For requests a well-behaved client would not send: no ``Host``, ``HTTP/1.0``, oversized
+    heads, and heads dribbled in small writes (TCP_NODELAY, so each write is its own segment).
+    """
+    host, port = _address(url)
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        step = chunk or len(data)
+        try:
+            for start in range(0, len(data), step):
+                sock.sendall(data[start : start + step])
+                if select.select([sock], [], [], 0)[0]:
+                    break  # answered already: stop writing, as a client reading replies would
+        except OSError:
+            pass  # the daemon may answer and close before it has read everything
+        head, rest = _read_head(sock)
+        status, parsed = _parse_head(head)
+        body = rest
+        if status == 101:
+            return HttpAnswer(status=status, headers=parsed, body=b"")  # now a WebSocket
+        try:
+            while part := sock.recv(65536):
+                body += part
+        except ConnectionResetError:
+            pass  # unread request bytes make the daemon's close a reset
+    length = int(parsed.get("content-length", len(body)))
+    return HttpAnswer(status=status, headers=parsed, body=body[:length])
+
+
 def upgrade_headers(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Headers of a valid WebSocket upgrade request (plus ``extra``)."""
     key = base64.b64encode(os.urandom(16)).decode()
@@ -114,18 +148,15 @@ class RawWebSocket:
 
     # --- sending ----------------------------------------------------------------------------
 
-    def send_frame(self, opcode: int, payload: bytes, *, fin: bool = True) -> None:
-        """Send one masked frame (clients must mask)."""
-        first = (0x80 if fin else 0) | opcode
-        length = len(payload)
-        if length < 126:
-            header = struct.pack("!BB", first, 0x80 | length)
-        elif length < 1 << 16:
-            header = struct.pack("!BBH", first, 0x80 | 126, length)
-        else:
-            header = struct.pack("!BBQ", first, 0x80 | 127, length)
-        mask = os.urandom(4)
-        self.sock.sendall(header + mask + _mask(payload, mask))
+    def send_frame(
+        self, opcode: int, payload: bytes, *, fin: bool = True, rsv: int = 0, masked: bool = True
+    ) -> None:
+        """Send one frame, masked as clients must unless ``masked`` is False."""
+        self.send_raw(client_frame(opcode, payload, fin=fin, rsv=rsv, masked=masked))
+
+    def send_raw(self, data: bytes) -> None:
+        """Send bytes as they are (several frames in one write arrive in one read)."""
+        self.sock.sendall(data)
 
     def send_text(self, text: str | bytes) -> None:
         """One text message in one frame (bytes are sent as they are, valid UTF-8 or not)."""
@@ -198,6 +229,25 @@ class RawWebSocket:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def client_frame(
+    opcode: int, payload: bytes, *, fin: bool = True, rsv: int = 0, masked: bool = True
+) -> bytes:
+    """The bytes of one client frame; ``rsv`` is OR-ed into the first byte (0x40, 0x20, 0x10)."""
+    first = (0x80 if fin else 0) | rsv | opcode
+    mask_bit = 0x80 if masked else 0
+    length = len(payload)
+    if length < 126:
+        header = struct.pack("!BB", first, mask_bit | length)
+    elif length < 1 << 16:
+        header = struct.pack("!BBH", first, mask_bit | 126, length)
+    else:
+        header = struct.pack("!BBQ", first, mask_bit | 127, length)
+    if not masked:
+        return header + payload
+    mask = os.urandom(4)
+    return header + mask + _mask(payload, mask)
 
 
 def _mask(payload: bytes, mask: bytes) -> bytes:
