@@ -5,6 +5,12 @@ Pure: bytes in, typed envelopes out; typed answers in, bytes out. Classification
 response). Anything else is ``Malformed``, answered with id ``-1`` by the caller. orjson is
 used when installed; the standard library otherwise.
 
+Both parsers hold the same line on text: a message must be UTF-8 and its strings Unicode
+scalar values. A lone surrogate escape (``"\\ud800"``) is valid JSON syntax but no text, so
+the message is malformed as a whole, as the reference (serde) has it; the detail names the
+field. Nor does encoding fail on text: what the daemon itself decoded byte-exactly
+(``surrogateescape``) goes out with U+FFFD in place of each undecodable byte.
+
 The envelopes are ``NamedTuple``s rather than the house's frozen dataclasses: one is built
 for every message, and a frozen dataclass's ``__init__`` (``object.__setattr__`` per field)
 was a tenth of the daemon's CPU time per request. They are just as immutable and typed.
@@ -13,6 +19,7 @@ was a tenth of the daemon's CPU time per request. They are just as immutable and
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
@@ -44,6 +51,32 @@ MALFORMED_ID: Final = -1
 _I64_MIN: Final = -(2**63)
 _I64_MAX: Final = 2**63 - 1
 
+#: ``\uD800``-``\uDFFF`` escapes: only a message holding one can hold a lone surrogate.
+_ESCAPED_SURROGATE: Final = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_PATH_SHOWN: Final = 120
+
+
+class _LoneSurrogateError(ValueError):
+    """A string of the message is not Unicode text (the detail names where)."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:40]} is infinity when parsed as double")
+    return value
+
+
+#: The standard library's parser, as strict as orjson about ``NaN`` and overflowing numbers.
+_std_loads: Final = json.JSONDecoder(
+    parse_constant=_reject_constant, parse_float=_finite_float
+).decode
+
 try:  # pragma: no cover - exercised in whichever environment is installed
     import orjson
 
@@ -51,8 +84,12 @@ try:  # pragma: no cover - exercised in whichever environment is installed
         return orjson.loads(data)
 
     def dumps(value: Any) -> bytes:
-        """Serialize ``value`` to compact UTF-8 JSON."""
-        return orjson.dumps(value)
+        """Serialize ``value`` to compact UTF-8 JSON (lone surrogates become U+FFFD)."""
+        try:
+            return orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            # Rare path: a non-UTF-8 name or path in a message. Anything else still raises.
+            return orjson.dumps(_scrub(value))
 
     _DECODE_ERRORS: tuple[type[Exception], ...] = (orjson.JSONDecodeError, RecursionError)
 
@@ -79,11 +116,23 @@ except ImportError:  # pragma: no cover
     ).encode
 
     def _loads(data: bytes | str) -> Any:
-        return json.loads(data)
+        # Decoded here, strictly: json.loads would take bytes as UTF-16/32 when they look
+        # like it and let encoded surrogates through ("surrogatepass").
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+        value = _std_loads(text)
+        if _ESCAPED_SURROGATE.search(text) or (isinstance(data, str) and _SURROGATE.search(text)):
+            detail = _lone_surrogate_detail(value)
+            if detail is not None:
+                raise _LoneSurrogateError(detail)
+        return value
 
     def dumps(value: Any) -> bytes:
-        """Serialize ``value`` to compact UTF-8 JSON."""
-        return _std_dumps(value).encode()
+        """Serialize ``value`` to compact UTF-8 JSON (lone surrogates become U+FFFD)."""
+        text = _std_dumps(value)
+        try:
+            return text.encode()
+        except UnicodeEncodeError:
+            return _SURROGATE.sub("\ufffd", text).encode()
 
     _DECODE_ERRORS = (ValueError, RecursionError)
 
@@ -136,7 +185,7 @@ def parse(data: bytes | str) -> Message:
     try:
         value = _loads(data)
     except _DECODE_ERRORS as exc:
-        return Malformed(_describe_decode_error(exc))
+        return Malformed(_describe_decode_error(exc, data))
     if type(value) is not dict:
         return Malformed("expected a JSON-RPC object")
     # Fast path for the commonest message, a well-formed request (same result as _classify).
@@ -154,11 +203,75 @@ def parse(data: bytes | str) -> Message:
     return _classify(value)
 
 
-def _describe_decode_error(exc: Exception) -> str:
+def _describe_decode_error(exc: Exception, data: bytes | str) -> str:
     if isinstance(exc, RecursionError):
         return "recursion limit exceeded"
+    if not isinstance(exc, _LoneSurrogateError):
+        # orjson refuses lone surrogates with a position only; name the field instead.
+        detail = _lone_surrogate_in(data)
+        if detail is not None:
+            return detail
     text = str(exc)
     return text or type(exc).__name__
+
+
+def _lone_surrogate_in(data: bytes | str) -> str | None:
+    """Where ``data`` holds a lone surrogate, if that is what made it unparseable."""
+    if isinstance(data, str):
+        text = data
+    else:
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if not _ESCAPED_SURROGATE.search(text):
+        return None
+    try:
+        # The standard library's parser keeps lone surrogates, so they can be located.
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return _lone_surrogate_detail(value)
+
+
+def _lone_surrogate_detail(value: Any) -> str | None:
+    """The first string or key of ``value``, in document order, holding a lone surrogate."""
+    stack: list[tuple[str, Any, bool]] = [("", value, False)]
+    while stack:
+        path, item, is_key = stack.pop()
+        if type(item) is str:
+            found = _SURROGATE.search(item)
+            if found is not None:
+                what = "key in" if is_key else "string at"
+                where = f"{what} `{_shown(path)}`" if path else ("key" if is_key else "string")
+                return (
+                    f"invalid {where}: lone surrogate U+{ord(found.group()):04X} "
+                    "(not a Unicode scalar value)"
+                )
+        elif type(item) is dict:
+            for key, child in reversed(item.items()):
+                child_path = f"{path}.{key}" if path else key
+                stack.append((child_path, child, False))
+                stack.append((path, key, True))
+        elif type(item) is list:
+            for index in range(len(item) - 1, -1, -1):
+                stack.append((f"{path}[{index}]", item[index], False))
+    return None
+
+
+def _shown(path: str) -> str:
+    return path if len(path) <= _PATH_SHOWN else path[:_PATH_SHOWN] + "…"
+
+
+def _scrub(value: Any) -> Any:
+    """``value`` with every lone surrogate replaced by U+FFFD (for encoding)."""
+    if type(value) is str:
+        return _SURROGATE.sub("\ufffd", value)
+    if type(value) is dict:
+        return {_scrub(key): _scrub(child) for key, child in value.items()}
+    if type(value) in (list, tuple):
+        return [_scrub(child) for child in value]
+    return value
 
 
 def _classify(obj: dict[str, Any]) -> Message:
