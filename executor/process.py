@@ -41,6 +41,7 @@ from executor.protocol.messages import (
 from executor.sandbox.denial import classify
 from executor.spawn.child import set_window_size
 from executor.spawn.spawner import Launch, Spawner, SpawnRequest
+from executor.write_ids import AcceptedWriteIds
 
 __all__ = [
     "ConfinedCommand",
@@ -170,6 +171,7 @@ class ManagedProcess:
         self._stdin: int | None = None
         self._stdin_pending = bytearray()
         self._stdin_broken = False
+        self._write_ids = AcceptedWriteIds()
         self._held: list[tuple[str, dict[str, Any]]] | None = []
         self._waiters: set[asyncio.Future[None]] = set()
         self._paused = False
@@ -364,12 +366,19 @@ class ManagedProcess:
 
     # --- stdin ------------------------------------------------------------------------------
 
-    def write(self, data: bytes) -> WriteStatus:
-        """Queue ``data`` for the child's stdin (pipe or terminal)."""
+    def write(self, data: bytes, write_id: str) -> WriteStatus:
+        """Queue ``data`` for the child's stdin (pipe or terminal), once per ``write_id``.
+
+        A repeated id (a client retrying after a reconnect) is ``accepted`` again, even once
+        stdin has closed since, and writes nothing: it was accepted the first time.
+        """
         if self.starting:
             return WriteStatus.STARTING
+        if write_id in self._write_ids:
+            return WriteStatus.ACCEPTED
         if self._stdin is None or self._stdin_broken or self._exit_status is not None:
             return WriteStatus.STDIN_CLOSED
+        self._write_ids.remember(write_id)
         was_empty = not self._stdin_pending
         self._stdin_pending += data
         if was_empty:
@@ -570,11 +579,17 @@ class ProcessTable:
         return await self._lookup(params.process_id).read(params)
 
     def write(self, params: WriteParams) -> WriteStatus:
-        """``process/write``: a status, never an error."""
+        """``process/write``: a status; the only error is an empty ``writeId`` (as the reference).
+
+        The id is what makes a retried write idempotent; an empty one would turn every write
+        after the first into a "retry".
+        """
+        if not params.write_id:
+            raise InvalidParams("writeId must not be empty")
         process = self._processes.get(params.process_id)
         if process is None:
             return WriteStatus.UNKNOWN_PROCESS
-        return process.write(params.chunk)
+        return process.write(params.chunk, params.write_id)
 
     def signal(self, params: SignalParams) -> None:
         """``process/signal``: unknown ids are ignored, as the reference does."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import os
 import time
 from typing import Any
@@ -11,6 +12,9 @@ import psutil
 import pytest
 
 from tests.support.client import WsClient, b64, output_of
+
+#: Each write has its own id: a repeated id is a retry, which is not written again.
+_WRITE_IDS = itertools.count()
 
 BASE: dict[str, Any] = {"cwd": "file:///tmp", "env": {"PATH": "/usr/bin:/bin"}, "tty": False}
 
@@ -21,7 +25,8 @@ def _start(client: WsClient, process_id: str, argv: list[str], **extra: Any) -> 
 
 def _write(client: WsClient, process_id: str, data: bytes | str) -> str:
     result = client.request(
-        "process/write", {"processId": process_id, "chunk": b64(data), "writeId": "w"}
+        "process/write",
+        {"processId": process_id, "chunk": b64(data), "writeId": f"w{next(_WRITE_IDS)}"},
     )
     status: str = result["status"]
     return status

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import re
 import time
 from typing import Any
@@ -10,6 +11,9 @@ from typing import Any
 import pytest
 
 from tests.support.client import WsClient, b64, output_of
+
+#: Each write has its own id: a repeated id is a retry, which is not written again.
+_WRITE_IDS = itertools.count()
 
 TTY: dict[str, Any] = {"cwd": "file:///tmp", "env": {"PATH": "/usr/bin:/bin"}, "tty": True}
 
@@ -20,7 +24,8 @@ def _start(client: WsClient, process_id: str, argv: list[str]) -> None:
 
 def _write(client: WsClient, process_id: str, data: bytes | str) -> None:
     status = client.request(
-        "process/write", {"processId": process_id, "chunk": b64(data), "writeId": "w"}
+        "process/write",
+        {"processId": process_id, "chunk": b64(data), "writeId": f"w{next(_WRITE_IDS)}"},
     )
     assert status == {"status": "accepted"}
 
