@@ -1,16 +1,20 @@
 """Bad input at a live server: thousands of random and mutated messages never break it.
 
-Each hypothesis example sends a burst of hostile messages on one long-lived connection, then
-a sentinel request; the sentinel must be answered, which proves the connection is alive and
-every earlier message was consumed. At the end a fresh connection must work too. Programs a
-mutated ``process/start`` may name are drawn from a harmless list; the daemon runs in a
-private directory with a low process limit.
+Each hypothesis example sends a burst of hostile messages on one long-lived connection. Every
+string field may hold lone surrogates, non-characters, NUL or tens of kilobytes. Each
+message must get exactly one answer (none for the ``initialized`` notification; the oracle
+is ``tests.support.wire_oracle``); then a sentinel request must be answered, and nothing
+else, which proves the connection is alive and every earlier message was consumed. At the
+end a fresh connection must work too. Both JSON backends (orjson, the standard library) are
+fuzzed. Programs a mutated ``process/start`` may name are drawn from a harmless list; the
+daemon runs in a private directory with a low process limit.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,10 +24,32 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.daemon import RunningDaemon
+from tests.support.json_backends import BACKENDS, daemon_env
 from tests.support.rawws import OP_BINARY, OP_CLOSE, OP_TEXT, RawWebSocket
+from tests.support.wire_oracle import expectation_of_payload
 
-SAFE_PROGRAMS = ["/bin/true", "/bin/echo", "true", "/no/such/program", "", "sleep"]
+#: Programs that end at once, whatever their arguments.
+SAFE_PROGRAMS = ["/bin/true", "/bin/echo", "true", "/no/such/program", ""]
 _sentinels = itertools.count()
+
+#: Text that is not text (lone surrogates) and text that is unusual (NUL, non-characters).
+edge_chars = st.sampled_from(
+    ["\x00", "\ufffe", "\uffff", "\ufdd0", "\U0010ffff", "\u2028", "\ufeff", "\udc00\ud800"]
+) | st.integers(0xD800, 0xDFFF).map(chr)
+edged_text = st.builds(
+    lambda head, char, tail: head + char + tail,
+    st.text(max_size=4),
+    edge_chars,
+    st.text(max_size=4),
+)
+overlong_text = st.builds(
+    lambda char, size: char * size,
+    st.sampled_from(["a", "\x00", "\ud800", "\u00e9", "\U0001f600"]),
+    st.sampled_from([2_000, 20_000]),
+)
+#: Any string field: mostly ordinary, often edged, now and then overlong.
+texts = st.one_of(st.text(max_size=8), st.text(max_size=8), edged_text, edged_text, overlong_text)
+short_texts = st.text(max_size=5) | edged_text
 
 json_scalars = (
     st.none()
@@ -31,12 +57,11 @@ json_scalars = (
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=30)
+    | edged_text
 )
 json_values = st.recursive(
     json_scalars,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
-    ),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(short_texts, inner, max_size=4),
     max_leaves=12,
 )
 methods = st.sampled_from(
@@ -54,7 +79,7 @@ methods = st.sampled_from(
         "fs/readFile",
     ]
 ) | st.text(max_size=20)
-process_ids = st.sampled_from(["p", "q", "", "ü"]) | st.text(max_size=8)
+process_ids = st.sampled_from(["p", "q", "", "ü"]) | texts
 
 
 @st.composite
@@ -68,12 +93,12 @@ def valid_requests(draw: st.DrawFn) -> dict[str, Any]:
             "processId": pid,
             "argv": [
                 draw(st.sampled_from(SAFE_PROGRAMS)),
-                *draw(st.lists(st.text(max_size=5), max_size=2)),
+                *draw(st.lists(texts, max_size=2)),
             ],
             "cwd": draw(
                 st.sampled_from(["file:///tmp", "file:///nope", "/tmp", "file://h/tmp", "http://x"])
             ),
-            "env": draw(st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2)),
+            "env": draw(st.dictionaries(short_texts, texts, max_size=2)),
             "tty": draw(st.booleans()),
             "pipeStdin": draw(st.booleans()),
         },
@@ -86,7 +111,7 @@ def valid_requests(draw: st.DrawFn) -> dict[str, Any]:
         "process/write": {
             "processId": pid,
             "chunk": draw(st.sampled_from(["aGkK", "!!", "", "a"])),
-            "writeId": "w",
+            "writeId": draw(texts),
         },
         "process/signal": {
             "processId": pid,
@@ -94,13 +119,14 @@ def valid_requests(draw: st.DrawFn) -> dict[str, Any]:
         },
         "process/terminate": {"processId": pid},
         "initialize": {
-            "clientName": draw(st.text(max_size=5)),
-            "resumeSessionId": draw(st.none() | st.text(max_size=5)),
+            "clientName": draw(texts),
+            "resumeSessionId": draw(st.none() | texts),
         },
+        "fs/readFile": {"path": "file:///nonexistent-fuzz/" + draw(texts)},
     }
     method = draw(st.sampled_from(sorted(params)))
     return {
-        "id": draw(st.integers(1, 10**6) | st.text(max_size=6)),
+        "id": draw(st.integers(1, 10**6) | texts),
         "method": method,
         "params": params[method],
     }
@@ -112,10 +138,12 @@ def mutated(draw: st.DrawFn) -> bytes:
     request = draw(valid_requests())
     kind = draw(
         st.sampled_from(
-            ["drop", "replace", "method", "id", "extra", "wrap", "cut", "byte", "params"]
+            ["drop", "replace", "method", "id", "extra", "wrap", "cut", "byte", "params", "text"]
         )
     )
-    if kind == "drop":
+    if kind == "text":
+        _poison_a_string(draw, request)
+    elif kind == "drop":
         request.pop(draw(st.sampled_from(sorted(request))))
     elif kind == "replace" and isinstance(request.get("params"), dict) and request["params"]:
         key = draw(st.sampled_from(sorted(request["params"])))
@@ -128,7 +156,7 @@ def mutated(draw: st.DrawFn) -> bytes:
         request[draw(st.text(max_size=8))] = draw(json_values)
     elif kind == "params":
         request["params"] = draw(json_values)
-    text = json.dumps(request).encode()
+    text = json.dumps(request).encode()  # lone surrogates go out as \\u escapes
     if kind == "wrap":
         return b"[" + text + b"]"
     if kind == "cut":
@@ -137,6 +165,30 @@ def mutated(draw: st.DrawFn) -> bytes:
         index = draw(st.integers(0, len(text) - 1))
         return text[:index] + bytes([draw(st.integers(0, 127))]) + text[index + 1 :]
     return text
+
+
+def _poison_a_string(draw: st.DrawFn, value: dict[str, Any]) -> None:
+    """Put an edge character into one string (a value or a key) anywhere in ``value``."""
+    spots: list[tuple[Any, Any, bool]] = []  # (container, key or index, is a dict key)
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        pairs = item.items() if isinstance(item, dict) else enumerate(item)
+        for key, child in list(pairs):
+            if isinstance(item, dict):
+                spots.append((item, key, True))
+            if isinstance(child, str):
+                spots.append((item, key, False))
+            elif isinstance(child, dict | list):
+                stack.append(child)
+    if not spots:
+        return
+    container, key, is_key = draw(st.sampled_from(spots))
+    char = draw(edge_chars)
+    if is_key:
+        container[key + char] = container.pop(key)
+    else:
+        container[key] = container[key] + char
 
 
 deep = (
@@ -176,12 +228,16 @@ messages = st.one_of(
 bursts = st.lists(st.tuples(messages, st.booleans()), min_size=6, max_size=14)
 
 
-@pytest.fixture(scope="module")
-def fuzz_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
-    """A daemon for hostile input: private cwd, few processes, short retention."""
+@pytest.fixture(scope="module", params=BACKENDS)
+def fuzz_daemon(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningDaemon]:
+    """A daemon for hostile input (per JSON backend): private cwd, few processes, short
+    retention."""
     cwd = Path(tmp_path_factory.mktemp("fuzz"))
     daemon = RunningDaemon(
         ["--max-processes", "40", "--process-retention", "1", "--log-level", "warning"],
+        env=daemon_env(request.param, cwd),
         cwd=str(cwd),
     )
     yield daemon
@@ -196,8 +252,49 @@ def _send(ws: RawWebSocket, payload: bytes, binary: bool) -> None:
     ws.send_frame(OP_BINARY if binary else OP_TEXT, payload)
 
 
+def _started_ids(payloads: list[bytes]) -> list[str]:
+    """The process ids the ``process/start`` requests among ``payloads`` name."""
+    ids = []
+    for payload in payloads:
+        try:
+            message = json.loads(payload)
+        except ValueError:
+            continue
+        params = message.get("params") if isinstance(message, dict) else None
+        if message.get("method") == "process/start" and isinstance(params, dict):
+            process_id = params.get("processId")
+            if isinstance(process_id, str):
+                ids.append(process_id)
+    return ids
+
+
+def _collect(ws: RawWebSocket, wanted: int, payloads: list[bytes]) -> None:
+    """Read until ``wanted`` answers arrived (notifications aside).
+
+    A mutated command may still be running and hold a long poll open: after a few seconds
+    the burst's processes are terminated (their answers are counted too), then reading goes on.
+    """
+    got, deadline, terminated = 0, time.monotonic() + 20, False
+    while got < wanted:
+        if not terminated and time.monotonic() > deadline - 15:
+            terminated = True
+            for process_id in _started_ids(payloads):
+                ws.send_json(
+                    {"id": 0, "method": "process/terminate", "params": {"processId": process_id}}
+                )
+                wanted += 1
+        try:
+            answer = ws.recv_json(timeout=min(1.0, max(0.01, deadline - time.monotonic())))
+        except TimeoutError:
+            if time.monotonic() < deadline:
+                continue
+            raise AssertionError(f"{wanted - got} of {wanted} answers missing") from None
+        got += "method" not in answer
+
+
 def _sync(ws: RawWebSocket) -> None:
-    """Send a sentinel and read until its answer: everything before it was consumed."""
+    """Send a sentinel and read until its answer: everything before it was consumed, and no
+    answer arrives that no message asked for."""
     sentinel = f"sentinel-{next(_sentinels)}"
     ws.send_json({"id": sentinel, "method": "fuzz/sentinel"})
     while True:
@@ -205,6 +302,7 @@ def _sync(ws: RawWebSocket) -> None:
         if answer.get("id") == sentinel:
             assert answer["error"]["code"] == -32601
             return
+        assert "method" in answer, f"an answer no message asked for: {answer}"
 
 
 def test_random_and_mutated_messages_never_break_the_server(fuzz_daemon: RunningDaemon) -> None:
@@ -215,23 +313,26 @@ def test_random_and_mutated_messages_never_break_the_server(fuzz_daemon: Running
     sent = [0]
 
     @settings(
-        max_examples=400,
+        max_examples=150,  # per backend
         deadline=None,
         database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     @given(burst=bursts)
     def run(burst: list[tuple[bytes, bool]]) -> None:
+        wanted = 0
         for payload, binary in burst:
             _send(ws, payload, binary)
+            wanted += expectation_of_payload(payload).answers
             sent[0] += 1
+        _collect(ws, wanted, [payload for payload, _binary in burst])
         _sync(ws)
 
     try:
         run()
     finally:
         ws.close()
-    assert sent[0] >= 2000  # 400 examples of at least 6 messages
+    assert sent[0] >= 900  # 150 examples of at least 6 messages
     with fuzz_daemon.session() as fresh:
         assert fresh.request("environment/status") == {"status": "ready"}
         _result, events = fresh.run("after-fuzz", ["/bin/echo", "alive"])
