@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from executor.environment import describe_host
 from executor.http.policy import HttpPolicy
+from executor.memory import MemoryReclaimer
 from executor.process import Confinement, LiveProcessCounter, ProcessLimits, ProcessTable
 from executor.protocol.messages import Capabilities
 from executor.router import Route, build_routes
@@ -94,6 +95,8 @@ class Daemon:
             on_expired=self._session_expired,
         )
         self.connections: set[Connection] = set()
+        #: Hands memory back to the system once sessions and retained output are gone.
+        self.reclaimer = MemoryReclaimer(self.loop)
         self._background: set[asyncio.Task[Any]] = set()
         self._executor_env = dict(os.environ)
 
@@ -105,11 +108,16 @@ class Daemon:
             counter=self.counter,
             limits=self.config.process,
             executor_env=self._executor_env,
+            reaped=self.reclaimer.request,
         )
 
     def _session_expired(self, session: Session) -> None:
         log.info("session %s ended; stopping its processes", session.id)
-        self.background(session.resources.close())
+        self.background(self._close_session(session))
+
+    async def _close_session(self, session: Session) -> None:
+        await session.resources.close()
+        self.reclaimer.request()
 
     def background(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run ``work`` as a task the daemon owns (awaited at shutdown)."""

@@ -1,0 +1,98 @@
+"""Give memory freed by ended sessions back to the operating system.
+
+Output floods allocate many 64-128 KiB buffers (pipe reads, base64, frames) from the C heap.
+Once a session and its retained output are gone, Python has freed them, but glibc keeps the
+free pages of a fragmented heap mapped: measured, a daemon that served 200 flooding sessions
+stayed at 220 MiB with every Python object of those sessions freed (idle: 33 MiB).
+``malloc_trim(0)`` hands those pages back (the same daemon: 33 MiB again). Tuning glibc
+instead (``M_MMAP_THRESHOLD``, ``M_TRIM_THRESHOLD``, one arena) was measured and did not help:
+the free pages lie between live allocations, where only a trim's ``madvise`` reaches them.
+
+A trim walks the whole heap (11-70 ms measured on that 220 MiB heap, well under 1 ms on an
+idle one), so requests are coalesced: a trim runs a moment after a request, at most one every
+``interval`` seconds, and requests made until it runs share it (a burst of expiring sessions
+costs one trim).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ = ["MemoryReclaimer", "release_free_memory"]
+
+log = logging.getLogger("executor.memory")
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    # glibc only: musl and macOS have no malloc_trim (their allocators return memory anyway).
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def release_free_memory() -> bool:
+    """Return the C heap's free pages to the system; False where that is not possible."""
+    if _malloc_trim is None:
+        return False
+    _malloc_trim(0)
+    return True
+
+
+class _Scheduler(Protocol):
+    def call_later(self, delay: float, callback: Callable[[], None]) -> object:
+        """Run ``callback`` after ``delay`` seconds (``asyncio`` loops fit)."""
+
+
+class MemoryReclaimer:
+    """Coalesced ``release_free_memory`` calls after large frees (session expiry, reaping)."""
+
+    def __init__(
+        self,
+        loop: _Scheduler,
+        *,
+        delay: float = 0.2,
+        interval: float = 2.0,
+        release: Callable[[], bool] = release_free_memory,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._loop = loop
+        self._delay = delay
+        self._interval = interval
+        self._release = release
+        self._clock = clock
+        self._pending = False
+        self._last = float("-inf")
+        #: Trims done so far (for tests and diagnostics).
+        self.count = 0
+
+    def request(self) -> None:
+        """Something large was freed: trim soon, once for a whole burst of requests."""
+        if self._pending:
+            return
+        self._pending = True
+        wait = max(self._delay, self._last + self._interval - self._clock())
+        self._loop.call_later(wait, self._run)
+
+    def _run(self) -> None:
+        self._pending = False
+        started = self._clock()
+        self._last = started
+        if self._release():
+            self.count += 1
+            took = 1000 * (self._clock() - started)
+            log.debug("returned free heap pages to the system in %.1f ms", took)
