@@ -474,6 +474,7 @@ class ProcessTable:
         counter: LiveProcessCounter,
         limits: ProcessLimits = ProcessLimits(),
         executor_env: dict[str, str] | None = None,
+        reaped: Callable[[], None] | None = None,
     ) -> None:
         self.spawner = spawner
         self.confinement = confinement
@@ -481,6 +482,8 @@ class ProcessTable:
         self.counter = counter
         self.limits = limits
         self.executor_env = dict(os.environ) if executor_env is None else executor_env
+        #: Called after an exited process's retained output was dropped (memory to reclaim).
+        self.reaped = reaped
         self._processes: dict[str, ManagedProcess] = {}
         self._live = 0
 
@@ -616,6 +619,8 @@ class ProcessTable:
         if self._processes.get(process.process_id) is process:
             del self._processes[process.process_id]
             process.forget()
+            if self.reaped is not None:
+                self.reaped()
 
     def _drop(self, process: ManagedProcess) -> None:
         if self._processes.get(process.process_id) is process:
