@@ -18,6 +18,7 @@ from executor.http.policy import (
     parse_network,
 )
 from executor.logs import configure_logging
+from executor.output import DetachedOutput
 from executor.process import ProcessLimits
 from executor.sandbox.limits import DEFAULT_LIMITS_TEXT, default_limits, parse_assignment
 from executor.transports.websocket import WebSocketOptions
@@ -123,6 +124,15 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=1024 * 1024,
         metavar="BYTES",
         help="output kept per process for process/read; oldest chunks are evicted",
+    )
+    limits.add_argument(
+        "--detached-output",
+        choices=[mode.value for mode in DetachedOutput],
+        default=DetachedOutput.EVICT.value,
+        help="output no client has read, once retention is full: evict drops the oldest (a"
+        " returning client sees a seq jump; the reference's behaviour); block stops reading the"
+        " process, which waits on its writes until a client resumes the session and reads what"
+        " it missed with process/read",
     )
     limits.add_argument(
         "--max-processes-per-session",
@@ -418,6 +428,7 @@ def _serve(args: argparse.Namespace) -> int:
             max_total=args.max_processes,
             max_command_bytes=args.max_command_bytes,
             stop_grace=args.stop_grace,
+            detached_output=DetachedOutput(args.detached_output),
         ),
         http=_http_policy(args),
         sandbox_limits=default_limits().replace(**dict(args.limit)),

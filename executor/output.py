@@ -3,22 +3,41 @@
 Output chunks, the exit event and the close event share one counter starting at 1, so a
 reader sees gaps where ``exited``/``closed`` consumed numbers. Retention is bounded in bytes
 (and in chunks); when exceeded, whole oldest chunks are evicted and a reader that fell behind
-simply sees a jump. Pure: no I/O, no clock.
+simply sees a jump. A ``floor`` exempts chunks from eviction (no client has read them yet, see
+``DetachedOutput.BLOCK``): the log then reports ``holding`` and its owner stops reading the
+process instead of losing output. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 import bisect
+import enum
 from dataclasses import dataclass
 
 from executor.protocol.messages import OutputChunk, Stream
 
-__all__ = ["DEFAULT_RETAINED_BYTES", "DEFAULT_RETAINED_CHUNKS", "OutputLog", "ReadSlice"]
+__all__ = [
+    "DEFAULT_RETAINED_BYTES",
+    "DEFAULT_RETAINED_CHUNKS",
+    "DetachedOutput",
+    "OutputLog",
+    "ReadSlice",
+]
 
 #: The reference retains about 1 MiB of output per process.
 DEFAULT_RETAINED_BYTES = 1024 * 1024
 #: The reference also caps the number of retained chunks.
 DEFAULT_RETAINED_CHUNKS = 50_000
+
+
+class DetachedOutput(enum.Enum):
+    """What happens to a process's output that no client has read when retention is full."""
+
+    #: Evict the oldest chunks, as the reference does; a client that comes back sees a seq jump.
+    EVICT = "evict"
+    #: Keep what no client has read (while the session is detached, and after a resume until
+    #: the client has read past it); stop reading the process, which then blocks on its writes.
+    BLOCK = "block"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +59,7 @@ class OutputLog:
         "closed_seq",
         "exit_code",
         "exited_seq",
+        "floor",
         "max_bytes",
         "max_chunks",
     )
@@ -58,6 +78,8 @@ class OutputLog:
         self.exit_code: int | None = None
         self.exited_seq: int | None = None
         self.closed_seq: int | None = None
+        #: Chunks with ``seq >= floor`` are never evicted (None: evict by the bounds alone).
+        self.floor: int | None = None
 
     @property
     def next_seq(self) -> int:
@@ -78,6 +100,25 @@ class OutputLog:
     def retained_bytes(self) -> int:
         """Bytes of output currently retained."""
         return self._bytes
+
+    @property
+    def holding(self) -> bool:
+        """Retention is full of chunks the floor keeps: more output would exceed the bounds.
+
+        It exceeds them by at most one chunk: the one whose append made the log hold.
+        """
+        chunks = self._chunks
+        return (
+            self.floor is not None
+            and self._head < len(chunks)
+            and chunks[self._head].seq >= self.floor
+            and (self._bytes >= self.max_bytes or len(chunks) - self._head >= self.max_chunks)
+        )
+
+    def set_floor(self, floor: int | None) -> None:
+        """Keep chunks from ``floor`` on (None: none); evicts what the bounds now allow."""
+        self.floor = floor
+        self._evict()
 
     def append(self, stream: Stream, data: bytes) -> OutputChunk:
         """Record a chunk of output and evict whole old chunks beyond the bounds."""
@@ -133,8 +174,11 @@ class OutputLog:
 
     def _evict(self) -> None:
         chunks = self._chunks
-        while self._head < len(chunks) - 1 and (
-            self._bytes > self.max_bytes or len(chunks) - self._head > self.max_chunks
+        floor = self.floor
+        while (
+            self._head < len(chunks) - 1
+            and (self._bytes > self.max_bytes or len(chunks) - self._head > self.max_chunks)
+            and (floor is None or chunks[self._head].seq < floor)
         ):
             self._bytes -= len(chunks[self._head].data)
             self._head += 1

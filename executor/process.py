@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from executor import envpolicy, proctree
 from executor.errors import InvalidParams, InvalidRequest, spawn_error
-from executor.output import DEFAULT_RETAINED_BYTES, OutputLog
+from executor.output import DEFAULT_RETAINED_BYTES, DetachedOutput, OutputLog
 from executor.paths import ForeignPathError, parse_path_uri
 from executor.protocol import jsonrpc, methods
 from executor.protocol.messages import (
@@ -73,6 +73,7 @@ class ProcessLimits:
     read_chunk: int = 65536
     denial_grace: float = 0.020
     stop_grace: float = 2.0
+    detached_output: DetachedOutput = DetachedOutput.EVICT
 
 
 class Notifier(Protocol):
@@ -87,6 +88,10 @@ class Notifier(Protocol):
 
     def on_drain(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once the congestion clears (or the connection goes away)."""
+
+    @property
+    def attachment_id(self) -> int | None:
+        """The connection notifications go to now (new number per connection); None: none."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,6 +180,13 @@ class ManagedProcess:
         self._held: list[tuple[str, dict[str, Any]]] | None = []
         self._waiters: set[asyncio.Future[None]] = set()
         self._paused = False
+        # DetachedOutput.BLOCK: what the client has read (its highest afterSeq), which
+        # attachment the chunks from ``_live_from`` on were pushed to, reading stopped or not.
+        self._block = table.limits.detached_output is DetachedOutput.BLOCK
+        self._confirmed = 0
+        self._live_attachment: int | None = None
+        self._live_from = 0
+        self._blocked = False
         self._exit_status: int | None = None
         self._grace: asyncio.TimerHandle | None = None
         self._reap: asyncio.TimerHandle | None = None
@@ -231,11 +243,17 @@ class ManagedProcess:
             self._close_reader(fd)
             self._maybe_finish()
             return
+        if self._block:
+            self._keep_unread()
         chunk = self.log.append(self._readers[fd], data)
         self._emit(methods.PROCESS_OUTPUT, _output_params(self.process_id, chunk))
         self._wake()
         if self._held is None and self.table.notifier.congested and not self._paused:
             self._pause()
+        if self._block and self.log.holding and not self._blocked:
+            self._blocked = True
+            for reader in self._readers:
+                self._loop.remove_reader(reader)
 
     def _pause(self) -> None:
         self._paused = True
@@ -247,8 +265,39 @@ class ManagedProcess:
         if not self._paused:
             return
         self._paused = False
-        for fd in self._readers:
-            self._loop.add_reader(fd, self._on_readable, fd)
+        if not self._blocked:
+            for fd in self._readers:
+                self._loop.add_reader(fd, self._on_readable, fd)
+
+    # DetachedOutput.BLOCK: output no client has seen is kept, and the process waits for one.
+    # Chunks pushed to the attached connection may be evicted as usual (its client has them
+    # as notifications); the others, produced while detached or pushed to a connection that
+    # has since gone, are kept until a client reads past them (process/read's afterSeq).
+
+    def _keep_unread(self) -> None:
+        """Set the log's floor before an append: keep every chunk no client has seen."""
+        attachment = self.table.notifier.attachment_id
+        if attachment is not None and attachment != self._live_attachment:
+            self._live_attachment = attachment
+            self._live_from = self.log.next_seq  # this chunk is the first pushed to it
+        self.log.set_floor(self._unread_floor())
+
+    def _unread_floor(self) -> int | None:
+        first_unread = self._confirmed + 1
+        live = self.table.notifier.attachment_id
+        if live is not None and live == self._live_attachment and self._live_from <= first_unread:
+            return None  # everything unread was pushed to the attached client
+        return first_unread
+
+    def _confirm(self, after_seq: int) -> None:
+        """A client read after ``after_seq``: it has the output up to there."""
+        self._confirmed = max(self._confirmed, min(after_seq, self.log.next_seq - 1))
+        self.log.set_floor(self._unread_floor())
+        if self._blocked and not self.log.holding:
+            self._blocked = False
+            if not self._paused:
+                for fd in self._readers:
+                    self._loop.add_reader(fd, self._on_readable, fd)
 
     def _close_reader(self, fd: int) -> None:
         if self._readers.pop(fd, None) is None:
@@ -343,6 +392,8 @@ class ManagedProcess:
     async def read(self, params: ReadParams) -> ReadResult:
         """Retained output after ``afterSeq``, waiting up to ``waitMs`` if there is none."""
         after = params.after_seq or 0
+        if self._block:
+            self._confirm(after)
         wait_ms = min(params.wait_ms or 0, MAX_WAIT_MS)
         if wait_ms and not self.log.has_after(after) and not self.log.exited:
             waiter = self._loop.create_future()

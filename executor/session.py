@@ -57,8 +57,19 @@ class Session:
         self.attachment: Attachment | None = None
         self.resources: Any = None
         self._expiry: Cancellable | None = None
+        self._attachments = 0
+
+    def attach(self, attachment: Attachment) -> None:
+        """``attachment`` receives the notifications from now on."""
+        self.attachment = attachment
+        self._attachments += 1
 
     # The session is the ``Notifier`` its processes talk to.
+
+    @property
+    def attachment_id(self) -> int | None:
+        """Which attachment gets notifications now (a new number each time); None if none."""
+        return self._attachments if self.attachment is not None else None
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
         """Forward to the attached connection; dropped while detached."""
@@ -109,7 +120,7 @@ class SessionRegistry:
         """A new session with a fresh UUID, attached to ``attachment``."""
         session = Session(str(uuid.uuid4()))
         session.resources = self._make_resources(session)
-        session.attachment = attachment
+        session.attach(attachment)
         self._sessions[session.id] = session
         return session
 
@@ -123,7 +134,7 @@ class SessionRegistry:
         if session._expiry is not None:
             session._expiry.cancel()
             session._expiry = None
-        session.attachment = attachment
+        session.attach(attachment)
         return session
 
     def detach(self, session: Session, attachment: Attachment) -> None:

@@ -117,3 +117,35 @@ def test_has_after_and_all_output() -> None:
     empty = OutputLog()
     assert not empty.has_after(0)
     assert empty.read(0).next_seq == 1
+
+
+def test_floor_keeps_unread_chunks_past_the_bounds_and_holds() -> None:
+    """Chunks at or after the floor are never evicted; a full log of them is ``holding``."""
+    log = _log(40, 40, max_bytes=100)
+    log.set_floor(2)
+    assert not log.holding  # 80 of 100 bytes
+    log.append(Stream.STDOUT, b"c" * 40)  # 120 bytes: chunk 1 (below the floor) goes
+    assert [c.seq for c in log.read(0).chunks] == [2, 3]
+    assert not log.holding
+    log.append(Stream.STDOUT, b"d" * 40)  # 120 bytes, all at or after the floor: kept
+    assert [c.seq for c in log.read(0).chunks] == [2, 3, 4]
+    assert log.holding
+    log.set_floor(4)  # a reader confirmed 2 and 3: evictable again, down to the bound
+    assert [c.seq for c in log.read(0).chunks] == [3, 4]
+    assert not log.holding
+    log.set_floor(None)
+    assert not log.holding
+
+
+def test_floor_counts_chunks_too() -> None:
+    """The chunk bound holds the log as well; lifting the floor evicts down to the bounds."""
+    log = OutputLog(max_bytes=1 << 30, max_chunks=3)
+    log.set_floor(1)
+    for _ in range(3):
+        log.append(Stream.STDOUT, b"z")
+    assert log.holding
+    log.append(Stream.STDOUT, b"z")  # the owner stops reading; one more chunk at most
+    assert [c.seq for c in log.read(0).chunks] == [1, 2, 3, 4]
+    log.set_floor(None)
+    assert [c.seq for c in log.read(0).chunks] == [2, 3, 4]
+    assert not log.holding

@@ -41,6 +41,7 @@ class Sink:
     """A notifier that records notifications."""
 
     congested = False
+    attachment_id: int | None = 1
 
     def __init__(self) -> None:
         self.notes: list[tuple[str, dict[str, Any]]] = []
