@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import base64
-import time
 from typing import Any
 
 import psutil
 
 from tests.support.client import WsClient, b64
 from tests.support.daemon import RunningDaemon
+from tests.support.processes import eventually
 from tests.support.rawws import RawWebSocket
 
 
@@ -101,6 +101,18 @@ def test_synchronous_answers_keep_arrival_order(shared_daemon: RunningDaemon) ->
         assert list(client.inbox.responses) == ids  # dicts keep insertion (= arrival) order
 
 
+def _blocked_on_a_pipe(argv: list[str]) -> bool:
+    for process in psutil.process_iter(["cmdline", "pid"]):
+        if process.info["cmdline"] == argv:
+            try:
+                with open(f"/proc/{process.info['pid']}/wchan") as handle:
+                    # pipe_write, pipe_wait_writable, anon_pipe_write: by kernel version
+                    return "pipe_w" in handle.read()
+            except OSError:
+                return False
+    return False
+
+
 def test_stalled_reader_pauses_the_producer_and_loses_nothing(shared_daemon: RunningDaemon) -> None:
     """A client that stops reading blocks a flooding process (bounded memory); then all arrives."""
     total = 24 * 1024 * 1024
@@ -121,9 +133,11 @@ def test_stalled_reader_pauses_the_producer_and_loses_nothing(shared_daemon: Run
                 },
             }
         )
-        time.sleep(1.0)  # read nothing: the daemon's buffer fills and it must stop pumping
-        producers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == argv]
-        assert producers, "the producer should still be running, blocked on its full pipe"
+        # Read nothing: the daemon's buffer fills and it must stop pumping, so the producer
+        # ends up blocked writing to its full pipe (what the kernel shows as its wait channel).
+        assert eventually(lambda: _blocked_on_a_pipe(argv), timeout=20), (
+            "the producer should still be running, blocked on its full pipe"
+        )
         assert psutil.Process(shared_daemon.pid).memory_info().rss < 200 * 1024 * 1024
         received, seqs = 0, []
         while True:

@@ -16,6 +16,7 @@ from tests.http.helpers import LOOPBACK, body, request
 from tests.http.servers import HttpServer, serve
 from tests.support.client import WsClient
 from tests.support.daemon import RunningDaemon
+from tests.support.processes import eventually
 
 
 def test_slow_request_blocks_nothing(client: WsClient, server: HttpServer) -> None:
@@ -122,7 +123,10 @@ def test_many_stalled_requests_leave_the_filesystem_methods_alone(
         params = {"method": "GET", "url": server.url("/stall/2"), "requestId": f"s{index}"}
         client.send({"id": request_id, "method": "http/request", "params": params})
         stalled.append(request_id)
-    time.sleep(0.2)  # let them all reach the server
+    # All twelve are at the server (and so waiting there) before the fs call is timed.
+    assert eventually(
+        lambda: sum(seen.path == "/stall/2" for seen in server.recorder.requests) >= 12
+    )
     started = time.monotonic()
     answer = client.request("fs/readFile", {"path": f"file://{tmp_path}/f.txt"})
     assert time.monotonic() - started < 1.0
