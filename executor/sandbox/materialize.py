@@ -261,8 +261,15 @@ class _Builder:
         return [posixpath.normpath(tmpdir)] if tmpdir.startswith("/") else []
 
     def _add(
-        self, path: str, access: Access, origin: RuleOrigin, *, skip_if_missing: bool = False
+        self,
+        path: str,
+        access: Access,
+        origin: RuleOrigin,
+        *,
+        skip_if_missing: bool = False,
+        resolved: bool = False,
     ) -> None:
+        """``resolved``: ``path`` is known to hold no symlink (no resolution needed)."""
         kind = self.host.kind(path)
         if kind is PathKind.MISSING:
             if skip_if_missing:
@@ -270,7 +277,7 @@ class _Builder:
             if access is not Access.DENY and origin is RuleOrigin.ENTRY:
                 self.notes.append(f"{path} does not exist; its {access} entry has nothing to grant")
                 return
-        else:
+        elif not resolved:
             real = self.host.realpath(path)
             if real != path and access is Access.WRITE:
                 self.resolved_writes[path] = real
@@ -431,7 +438,8 @@ class _Builder:
         if path in self.rules or self._effective(path) is not Access.WRITE:
             return
         if not self.host.is_symlink(path):
-            self._add(path, Access.READ, RuleOrigin.PROTECTED)
+            # Its directory is a rule path or a pin (both real), and the name is no symlink.
+            self._add(path, Access.READ, RuleOrigin.PROTECTED, resolved=True)
             return
         # A symlinked name: the link itself is pinned (it cannot be removed or replaced), and
         # its target is narrowed to read-only where it was writable — never widened: the link

@@ -250,8 +250,9 @@ _PROC_MASKED_FILES = (
     "/proc/timer_list",
     "/proc/sched_debug",
     "/proc/latency_stats",
-    "/proc/sysrq-trigger",
 )
+#: Only writable settings: masked when /proc itself is not read-only.
+_PROC_WRITABLE_FILES = ("/proc/sysrq-trigger",)
 _PROC_MASKED_DIRS = ("/proc/acpi", "/proc/scsi", "/proc/asound")
 #: /proc entries that write kernel-wide settings: read-only.
 _PROC_READONLY = ("/proc/sys", "/proc/bus", "/proc/fs", "/proc/irq")
@@ -296,16 +297,17 @@ def _private_dev(private_shm: bool, tty: bool) -> None:
 def _mask_proc(readonly: bool) -> None:
     null = os.open("/dev/null", os.O_PATH | os.O_CLOEXEC)
     try:
-        for path in _PROC_MASKED_FILES:
+        for path in _PROC_MASKED_FILES + (() if readonly else _PROC_WRITABLE_FILES):
             _mask_if_present(
                 path, lambda p: syscalls.mount(f"/proc/self/fd/{null}", p, None, syscalls.MS_BIND)
             )
     finally:
         os.close(null)
-    flags = syscalls.MS_RDONLY | syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
-    for path in _PROC_MASKED_DIRS:
-        _mask_if_present(path, lambda p: syscalls.mount("tmpfs", p, "tmpfs", flags, "size=4k"))
     if not readonly:
+        # Their entries are writable settings (acpi, scsi): a read-only /proc covers them.
+        flags = syscalls.MS_RDONLY | syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
+        for path in _PROC_MASKED_DIRS:
+            _mask_if_present(path, lambda p: syscalls.mount("tmpfs", p, "tmpfs", flags, "size=4k"))
         for path in _PROC_READONLY:
             _mask_if_present(path, _bind_readonly)
 
