@@ -209,3 +209,26 @@ def test_race_in_process(tmp_path: Path, openat2: bool) -> None:
     assert (outside / "victim").read_bytes() == b"original"
     assert os.listdir(outside) == ["victim"]
     assert landed > 0
+
+
+@pytest.mark.enforcement
+def test_the_fast_path_never_opens_outside_its_anchor(tmp_path: Path) -> None:
+    """The kernel-side fast path is confined to the allowed root it starts from
+    (``RESOLVE_BENEATH``), whatever it is handed: a lookup that would leave that root — by
+    ``..``, which normalization otherwise keeps away from it, or through a component renamed
+    out of it mid-lookup — is not finished there (the slow path decides), never outside."""
+    _skip_without_openat2(True)
+    root = tmp_path.resolve()
+    workspace, outside = root / "ws", root / "outside"
+    (workspace / "sub").mkdir(parents=True)
+    outside.mkdir()
+    view = SandboxView(_rules(("/", Access.READ), (str(workspace), Access.WRITE)))
+    with Resolver(view, use_openat2=True) as resolver:
+        inside = resolver._open_exact(str(workspace / "sub"))
+        assert inside is not None
+        assert os.path.samestat(os.fstat(inside), os.stat(workspace / "sub"))
+        os.close(inside)
+        # Lexically inside the workspace (its anchor), but the lookup would leave the anchor
+        # and come back: the kernel refuses that walk (EXDEV), the fast path answers None.
+        climbing = resolver._open_exact(f"{workspace}/sub/../../outside/../ws/sub")
+        assert climbing is None
