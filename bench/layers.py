@@ -1,5 +1,5 @@
-"""What each Linux sandbox layer costs a launch: ``/bin/true`` under the ``workspace`` rules,
-with one layer taken out at a time (Linux, as root or with user namespaces).
+"""What each Linux sandbox layer costs a launch: ``/bin/true`` under the ``sandboxed-spawn``
+case's sandbox, with one layer taken out at a time (Linux, as root or with user namespaces).
 
     .venv/bin/python bench/layers.py [--runs 60]
 
@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from executor_linux.backend import LinuxBackend
 
+from bench.cases.sandbox import workspace_sandbox
 from executor.sandbox import Command
 from executor.sandbox.host import LocalHost
 from executor.sandbox.intent import parse_sandbox
@@ -63,32 +64,9 @@ VARIANTS: dict[str, Variant | None] = {
 }
 
 
-def _sandbox(workspace: str) -> dict[str, Any]:
-    def special(kind: str, access: str) -> dict[str, Any]:
-        return {"path": {"type": "special", "value": {"kind": kind}}, "access": access}
-
-    return {
-        "permissions": {
-            "type": "managed",
-            "file_system": {
-                "type": "restricted",
-                "entries": [
-                    special("root", "read"),
-                    special("project_roots", "write"),
-                    special("slash_tmp", "write"),
-                ],
-            },
-            "network": "restricted",
-        },
-        "cwd": f"file://{workspace}",
-        "workspaceRoots": [f"file://{workspace}"],
-        "windowsSandboxLevel": "disabled",
-    }
-
-
 async def _measure(runs: int, workspace: str) -> dict[str, float]:
     backend = LinuxBackend()
-    rules = materialize(parse_sandbox(_sandbox(workspace)), LocalHost(cwd=workspace))
+    rules = materialize(parse_sandbox(workspace_sandbox(workspace)), LocalHost(cwd=workspace))
     assert rules is not None
     spawner = Spawner()
     samples: dict[str, list[float]] = {name: [] for name in VARIANTS}
