@@ -35,6 +35,7 @@ from executor.sandbox.host import LocalHost
 from executor.sandbox.intent import parse_sandbox
 from executor.sandbox.materialize import materialize
 from tests.executor_linux.conftest import linux_sandbox_available
+from tests.executor_linux.probe_text import ATTEMPT
 from tests.sandbox.wire import context, managed, special
 from tests.support.enforcement import skip_unless
 
@@ -178,8 +179,9 @@ def test_the_filter_alone_denies_every_listed_call(
         assert unfiltered[name] != "EPERM", (name, "the control must fail otherwise")
 
 
-LANDLOCK_PROBE = textwrap.dedent(
-    """
+LANDLOCK_PROBE = (
+    textwrap.dedent(
+        """
     import errno, json, os, socket, sys
     sys.path.insert(0, sys.argv[1])
     from executor_linux import landlock
@@ -196,14 +198,11 @@ LANDLOCK_PROBE = textwrap.dedent(
             except FileNotFoundError:
                 pass
         ruleset.restrict_self()
-    out = {}
-
-    def attempt(name, action):
-        try:
-            action()
-            out[name] = "ok"
-        except OSError as exc:
-            out[name] = errno.errorcode.get(exc.errno, str(exc.errno))
+    """
+    )
+    + ATTEMPT
+    + textwrap.dedent(
+        """
 
     attempt("read_denied", lambda: open(cfg["denied"], "rb").read())
     attempt("read_granted", lambda: open(cfg["readable"], "rb").read())
@@ -216,6 +215,7 @@ LANDLOCK_PROBE = textwrap.dedent(
     attempt("tcp_connect", connect)
     print(json.dumps(out))
     """
+    )
 )
 
 

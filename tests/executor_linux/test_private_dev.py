@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.executor_linux.conftest import linux_sandbox_available
+from tests.executor_linux.probe_text import ATTEMPT
 from tests.support.daemon import executor_command
 from tests.support.enforcement import skip_unless
 
@@ -42,18 +43,16 @@ HOST_ONLY_DEVICES = (
     "/dev/vsock",
 )
 
-PROBE = textwrap.dedent(
-    """
+PROBE = (
+    textwrap.dedent(
+        """
     import errno, json, os, sys
     cfg = json.loads(sys.argv[1])
-    out = {}
-
-    def attempt(name, action):
-        try:
-            action()
-            out[name] = "ok"
-        except OSError as exc:
-            out[name] = errno.errorcode.get(exc.errno, str(exc.errno))
+    """
+    )
+    + ATTEMPT
+    + textwrap.dedent(
+        """
 
     def read_text(path):
         with open(path, "rb") as handle:
@@ -89,6 +88,7 @@ PROBE = textwrap.dedent(
     out["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
     print(json.dumps(out))
     """
+    )
 )
 
 

@@ -17,24 +17,23 @@ from collections.abc import Iterator
 import pytest
 
 from tests.executor_linux.conftest import linux_sandbox_available
+from tests.executor_linux.probe_text import ATTEMPT
 from tests.support.daemon import executor_command
 from tests.support.enforcement import skip_unless
 
 pytestmark = pytest.mark.enforcement
 
-PROBE = textwrap.dedent(
-    """
+PROBE = (
+    textwrap.dedent(
+        """
     import ctypes, errno, json, os, resource, sys
     victim = int(sys.argv[1])
     libc = ctypes.CDLL(None, use_errno=True)
-    out = {}
-
-    def attempt(name, action):
-        try:
-            action()
-            out[name] = "ok"
-        except OSError as exc:
-            out[name] = errno.errorcode.get(exc.errno, str(exc.errno))
+    """
+    )
+    + ATTEMPT
+    + textwrap.dedent(
+        """
 
     def setpriority(which, who, value):
         if libc.setpriority(which, who, value) != 0:
@@ -50,6 +49,7 @@ PROBE = textwrap.dedent(
     attempt("affinity_self", lambda: os.sched_setaffinity(0, os.sched_getaffinity(0)))
     print(json.dumps(out))
     """
+    )
 )
 
 
