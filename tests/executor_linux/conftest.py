@@ -222,29 +222,40 @@ def scene(require_linux_sandbox: None) -> Iterator[Scene]:
     destroy_scene(built)
 
 
+def executor_run(
+    profile: str,
+    workspace: Path | None,
+    argv: list[str],
+    *extra: str,
+    prefix: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``executor run --profile PROFILE [--workspace WORKSPACE] EXTRA -- ARGV``, captured."""
+    roots = ["--workspace", str(workspace)] if workspace is not None else []
+    return subprocess.run(
+        [*prefix, *executor_command(), "run", "--profile", profile, *roots, *extra, "--", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+        check=False,
+    )
+
+
 def run_cli(
     scene: Scene, profile: str, argv: list[str], *extra: str
 ) -> subprocess.CompletedProcess[str]:
     """``executor run`` inside a private UTS+mount namespace."""
-    return subprocess.run(
-        [
-            *PRIVATE_NS,
-            *executor_command(),
-            "run",
-            "--profile",
-            profile,
-            "--workspace",
-            str(scene.workspace),
-            *extra,
-            "--",
-            *argv,
-        ],
-        capture_output=True,
-        text=True,
+    return executor_run(
+        profile,
+        scene.workspace,
+        argv,
+        *extra,
+        prefix=tuple(PRIVATE_NS),
         env=scene.env(),
         cwd=scene.workspace,
-        timeout=60,
-        check=False,
     )
 
 

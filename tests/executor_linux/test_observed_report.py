@@ -13,13 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.executor_linux.conftest import linux_sandbox_available
-from tests.support.daemon import executor_command
+from tests.executor_linux.conftest import executor_run, linux_sandbox_available
 from tests.support.enforcement import skip_unless
 
 pytestmark = pytest.mark.enforcement
 
-RUN = ("run", "-v", "--profile", "workspace", "--workspace")
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 
 #: Runs in a plain child (no layer applied) and verifies a plan that claims every layer.
@@ -73,13 +71,7 @@ def test_every_missing_layer_is_named(tmp_path: Path) -> None:
 def test_run_verbose_shows_what_the_command_observed(tmp_path: Path) -> None:
     """`executor run -v`: namespaces by inode (not the host's), mounts, every layer."""
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
-    result = subprocess.run(
-        [*executor_command(), *RUN, str(tmp_path), "--no-tty", "--", "true"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = executor_run("workspace", tmp_path, ["true"], "-v", "--no-tty")
     assert result.returncode == 0, result.stderr
     line = next(text for text in result.stderr.splitlines() if "observed in the command" in text)
     host = {n: os.stat(f"/proc/self/ns/{n}").st_ino for n in ("mnt", "pid", "ipc", "net")}

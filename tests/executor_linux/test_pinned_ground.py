@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.executor_linux.conftest import linux_sandbox_available
-from tests.support.daemon import executor_command
+from tests.executor_linux.conftest import executor_run, linux_sandbox_available
 from tests.support.enforcement import skip_unless
 
 pytestmark = pytest.mark.enforcement
@@ -42,26 +41,7 @@ def ws(tmp_path: Path) -> Path:
 def run(
     workspace: Path, script: str, profile: str = "workspace"
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            *executor_command(),
-            "run",
-            "--profile",
-            profile,
-            "--workspace",
-            str(workspace),
-            "--no-tty",
-            "--",
-            "/bin/sh",
-            "-c",
-            script,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=workspace,
-    )
+    return executor_run(profile, workspace, ["/bin/sh", "-c", script], "--no-tty", cwd=workspace)
 
 
 def test_the_workspace_cannot_be_renamed_or_replaced(ws: Path) -> None:

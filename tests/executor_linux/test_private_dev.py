@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.executor_linux.conftest import linux_sandbox_available
+from tests.executor_linux.conftest import executor_run, linux_sandbox_available
 from tests.executor_linux.probe_text import ATTEMPT
-from tests.support.daemon import executor_command
 from tests.support.enforcement import skip_unless
 
 pytestmark = pytest.mark.enforcement
@@ -114,27 +112,8 @@ def run_probe(profile: str, workspace: Path, host_pty: str) -> dict[str, object]
         "devices": [d for d in HOST_ONLY_DEVICES if os.path.exists(d)],
         "shm_name": f"executor-test-{os.getpid()}",
     }
-    result = subprocess.run(
-        [
-            *executor_command(),
-            "run",
-            "--profile",
-            profile,
-            "--workspace",
-            str(workspace),
-            "--no-tty",
-            "--",
-            "python3",
-            "-I",
-            "-c",
-            PROBE,
-            json.dumps(cfg),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    argv = ["python3", "-I", "-c", PROBE, json.dumps(cfg)]
+    result = executor_run(profile, workspace, argv, "--no-tty")
     assert result.returncode == 0, result.stderr
     report: dict[str, object] = json.loads(result.stdout)
     return report

@@ -16,9 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.executor_linux.conftest import linux_sandbox_available
+from tests.executor_linux.conftest import executor_run, linux_sandbox_available
 from tests.executor_linux.probe_text import ATTEMPT
-from tests.support.daemon import executor_command
 from tests.support.enforcement import skip_unless
 
 pytestmark = pytest.mark.enforcement
@@ -53,9 +52,6 @@ PROBE = (
 )
 
 
-RUN = ("run", "--profile", "read-only", "--no-tty", "-v", "--")
-
-
 @pytest.fixture
 def victim() -> Iterator[subprocess.Popen[bytes]]:
     process = subprocess.Popen(["sleep", "60"])
@@ -71,12 +67,12 @@ def test_host_processes_limits_priority_and_cpus_are_out_of_reach(
 ) -> None:
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
     before = resource.prlimit(victim.pid, resource.RLIMIT_NOFILE)
-    result = subprocess.run(
-        [*executor_command(), *RUN, "python3", "-I", "-c", PROBE, str(victim.pid)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = executor_run(
+        "read-only",
+        None,
+        ["python3", "-I", "-c", PROBE, str(victim.pid)],
+        "--no-tty",
+        "-v",
         env={**os.environ, "EXECUTOR_LINUX_NAMESPACES": "off"},
     )
     assert result.returncode == 0, result.stderr
