@@ -159,20 +159,8 @@ def _exit_code(status: int) -> int:
 
 def _mountinfo() -> list[tuple[str, bool]]:
     """(mount point, read-only) of every mount, in mount order."""
-    found = []
-    with open("/proc/self/mountinfo", "rb") as handle:
-        for line in handle:
-            fields = line.split()
-            point = (
-                fields[4]
-                .decode()
-                .replace("\\040", " ")
-                .replace("\\011", "\t")
-                .replace("\\012", "\n")
-            )
-            point = point.replace("\\134", "\\")
-            found.append((point, b"ro" in fields[5].split(b",")))
-    return found
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+        return [(point, readonly) for point, readonly, _kind in observe.mounts(handle.read())]
 
 
 def _open_exact(path: str, *, link_ok: bool = False) -> int:

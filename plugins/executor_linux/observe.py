@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["NAMESPACES", "Observer", "namespace_inodes"]
+__all__ = ["NAMESPACES", "Observer", "mounts", "namespace_inodes"]
 
 NAMESPACES = ("user", "mnt", "pid", "ipc", "net")
 _CAPABILITY_SETS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
@@ -148,12 +148,16 @@ def _unescape(field: str) -> str:
     )
 
 
-def _mount_table(mountinfo: str) -> dict[str, tuple[bool, str]]:
-    """Mount point -> (read-only, filesystem type) of the topmost mount there."""
-    table: dict[str, tuple[bool, str]] = {}
+def mounts(mountinfo: str) -> list[tuple[str, bool, str]]:
+    """(mount point, read-only, filesystem type) of every mount in ``mountinfo``, in order."""
+    found = []
     for line in mountinfo.splitlines():
         fields = line.split()
         separator = fields.index("-")
-        point = _unescape(fields[4])
-        table[point] = ("ro" in fields[5].split(","), fields[separator + 1])
-    return table
+        found.append((_unescape(fields[4]), "ro" in fields[5].split(","), fields[separator + 1]))
+    return found
+
+
+def _mount_table(mountinfo: str) -> dict[str, tuple[bool, str]]:
+    """Mount point -> (read-only, filesystem type) of the topmost mount there."""
+    return {point: (readonly, kind) for point, readonly, kind in mounts(mountinfo)}
