@@ -8,10 +8,13 @@ It reproduces the reference's heuristic so clients see the same verdicts:
 4. exit code 159 (128 + SIGSYS) under a Linux sandbox -> denied;
 5. otherwise -> not denied.
 
-Differences, on purpose: a backend may add precise evidence (a denial it observed), which
-counts as denied whatever the output says; and only the command's own output is searched.
-The reference also searched its own helper's panic text, so a sandboxed command that did not
-exist was "denied"; here such a command fails ``process/start`` instead and never exits.
+A difference, on purpose: only the command's own output is searched. The reference also
+searched its own helper's panic text, so a sandboxed command that did not exist was "denied";
+here such a command fails ``process/start`` instead and never exits.
+
+``evidence`` (a denial observed by other means) counts as denied whatever the output says, but
+no caller passes it yet: the plugin API has no hook for a backend to hand over evidence after
+exit, so today every verdict comes from the steps above.
 """
 
 from __future__ import annotations

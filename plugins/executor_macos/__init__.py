@@ -1,6 +1,5 @@
 """First-party macOS sandbox backend: Seatbelt profiles run through ``/usr/bin/sandbox-exec``.
 
 ``profile`` renders a ``RuleSet`` (pure, testable anywhere), ``plugin`` registers the backend
-and builds the launch, ``violations`` optionally reads denials back from the unified log. See
-docs/macos.md.
+and builds the launch. See docs/macos.md.
 """
