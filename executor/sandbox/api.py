@@ -35,15 +35,20 @@ class HostInfo:
     release: str
     machine: str
     uid: int
+    #: The executor's private state directory (hidden from every sandbox), where a backend
+    #: may keep what its launches need on the host. None: the default the backend finds
+    #: itself (``EXECUTOR_STATE_DIR``, else under ``XDG_RUNTIME_DIR``, else ``/tmp``).
+    state_dir: str | None = None
 
     @classmethod
-    def current(cls) -> HostInfo:
-        """This host."""
+    def current(cls, state_dir: str | None = None) -> HostInfo:
+        """This host, for an executor whose state lives in ``state_dir``."""
         return cls(
             platform=sys.platform,
             release=platform.release(),
             machine=platform.machine(),
             uid=os.getuid(),
+            state_dir=state_dir,
         )
 
 

@@ -11,4 +11,4 @@ from executor_linux.backend import LinuxBackend
 @hookimpl
 def executor_sandbox_backends(host: HostInfo) -> Sequence[SandboxBackend]:
     """The Linux backend (it reports itself unavailable on other platforms)."""
-    return [LinuxBackend()]
+    return [LinuxBackend(state_dir=host.state_dir)]
