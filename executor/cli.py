@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -11,21 +12,22 @@ from collections.abc import Sequence
 from executor import __version__
 from executor.daemon import DaemonConfig
 from executor.errors import ConfigError, ExecutorError
-from executor.http.policy import (
-    DEFAULT_MAX_BUFFERED_BYTES,
-    HttpPolicy,
-    IPNetwork,
-    parse_network,
-)
+from executor.http.policy import HttpPolicy, IPNetwork, parse_network
 from executor.logs import configure_logging
 from executor.output import DetachedOutput
 from executor.process import ProcessLimits
-from executor.sandbox.limits import DEFAULT_LIMITS_TEXT, default_limits, parse_assignment
+from executor.sandbox.limits import (
+    DEFAULT_LIMITS_TEXT,
+    LIMIT_NAMES,
+    default_limits,
+    parse_assignment,
+)
+from executor.sandbox.manager import BLOCK_ENV
+from executor.serve import DEFAULT_LISTEN, parse_listen, serve
+from executor.transports.auth import DEFAULT_MAX_CLOCK_SKEW, Authenticator, AuthFlags, from_flags
 from executor.transports.websocket import WebSocketOptions
 
-__all__ = ["main"]
-
-DEFAULT_LISTEN = "ws://127.0.0.1:8765"
+__all__ = ["build_parser", "daemon_config", "main", "websocket_options"]
 
 
 def _positive(text: str) -> float:
@@ -72,6 +74,17 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Serve the exec-server protocol over WebSocket or stdio.",
         formatter_class=_DefaultsFormatter,
     )
+    # Every default below is read from the configuration it ends up in, so that it lives in
+    # one place; `tests/test_cli_serve.py` holds the two together.
+    daemon = DaemonConfig()
+    _add_daemon(serve, daemon)
+    _add_processes(serve, daemon)
+    _add_sandboxed(serve)
+    _add_websocket(serve, WebSocketOptions())
+    _add_http(serve, daemon.http)
+
+
+def _add_daemon(serve: argparse.ArgumentParser, daemon: DaemonConfig) -> None:
     serve.add_argument(
         "--listen",
         default=DEFAULT_LISTEN,
@@ -98,37 +111,41 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument(
         "--block-plugin",
         action="append",
-        default=[],
+        default=list(daemon.blocked_plugins),
         metavar="NAME",
-        help="do not load this sandbox plugin (also EXECUTOR_BLOCK_PLUGINS=a,b)",
+        help=f"do not load this sandbox plugin (also {BLOCK_ENV}=a,b)",
     )
+
+
+def _add_processes(serve: argparse.ArgumentParser, daemon: DaemonConfig) -> None:
     limits = serve.add_argument_group("sessions and processes")
+    process = daemon.process
     limits.add_argument(
         "--session-ttl",
         type=_positive,
-        default=80.0,
+        default=daemon.session_ttl,
         metavar="SECONDS",
-        help="how long a detached session (and its processes) waits to be resumed; 80 s like"
-        " the reference, long enough to ride out a laptop's Wi-Fi reconnect",
+        help="how long a detached session (and its processes) waits to be resumed; the"
+        " default is the reference's, long enough to ride out a laptop's Wi-Fi reconnect",
     )
     limits.add_argument(
         "--process-retention",
         type=_positive,
-        default=80.0,
+        default=process.exited_retention,
         metavar="SECONDS",
         help="how long an exited process stays readable before its id can be reused",
     )
     limits.add_argument(
         "--retained-output-bytes",
         type=_count,
-        default=1024 * 1024,
+        default=process.retained_bytes,
         metavar="BYTES",
         help="output kept per process for process/read; oldest chunks are evicted",
     )
     limits.add_argument(
         "--detached-output",
         choices=[mode.value for mode in DetachedOutput],
-        default=DetachedOutput.EVICT.value,
+        default=process.detached_output.value,
         help="output no client has read, once retention is full: evict drops the oldest (a"
         " returning client sees a seq jump; the reference's behaviour); block stops reading the"
         " process, which waits on its writes until a client resumes the session and reads what"
@@ -137,38 +154,48 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     limits.add_argument(
         "--max-processes-per-session",
         type=_count,
-        default=256,
+        default=process.max_per_session,
         metavar="COUNT",
         help="live processes one session may have",
     )
     limits.add_argument(
         "--max-processes",
         type=_count,
-        default=1024,
+        default=process.max_total,
         metavar="COUNT",
         help="live processes across all sessions",
     )
     limits.add_argument(
         "--max-command-bytes",
         type=_count,
-        default=1024 * 1024,
+        default=process.max_command_bytes,
         metavar="BYTES",
         help="largest argv plus environment of one command",
     )
     limits.add_argument(
         "--stop-grace",
         type=_positive,
-        default=2.0,
+        default=process.stop_grace,
         metavar="SECONDS",
         help="SIGTERM-to-SIGKILL grace when sessions expire or the daemon stops",
     )
+
+
+def _add_sandboxed(serve: argparse.ArgumentParser) -> None:
     defaults = ", ".join(f"{name}={value}" for name, value in DEFAULT_LIMITS_TEXT.items())
-    defaults = defaults.replace("%", "%%")  # help strings are %-formatted
+    unlimited = " and ".join(name for name in LIMIT_NAMES if name not in DEFAULT_LIMITS_TEXT)
     sandboxed = serve.add_argument_group(
         "sandboxed commands",
         "Resource limits of every sandboxed command (a client's request carries none). Enforced"
         " with cgroups where the executor can create them, with rlimits otherwise; `executor"
         " doctor` shows which, per limit.",
+    )
+    help_text = (
+        "change one limit; repeatable. NAME: processes (tasks of the command's tree, threads"
+        " included), memory (bytes such as 512MiB or 4GiB, or a share of RAM such as 50%),"
+        " open_files (per process), file_size (bytes, per file), cpu_time (seconds, or 90s,"
+        f" 10m, 2h; per process). VALUE `unlimited` lifts one. Defaults: {defaults}"
+        + (f"; {unlimited} unlimited" if unlimited else "")
     )
     sandboxed.add_argument(
         "--limit",
@@ -176,48 +203,52 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         type=_limit,
         metavar="NAME=VALUE",
-        help="change one limit; repeatable. NAME: processes (tasks of the command's tree,"
-        " threads included), memory (bytes such as 512MiB or 4GiB, or a share of RAM such as"
-        " 50%%), open_files (per process), file_size (bytes, per file), cpu_time (seconds, or"
-        f" 90s, 10m, 2h; per process). VALUE `unlimited` lifts one. Defaults: {defaults};"
-        " file_size and cpu_time unlimited",
+        help=help_text.replace("%", "%%"),  # help strings are %-formatted
     )
+
+
+def _add_websocket(serve: argparse.ArgumentParser, options: WebSocketOptions) -> None:
     ws = serve.add_argument_group("WebSocket")
     ws.add_argument(
         "--max-frame-bytes",
         type=_count,
-        default=16 * 1024 * 1024,
+        default=options.max_frame_bytes,
         metavar="BYTES",
         help="largest inbound frame (larger: close 1009)",
     )
     ws.add_argument(
         "--max-message-bytes",
         type=_count,
-        default=64 * 1024 * 1024 - 1,
+        default=options.max_message_bytes,
         metavar="BYTES",
         help="largest inbound message after reassembly (larger: close 1009)",
     )
     ws.add_argument(
         "--ping-interval",
         type=_positive,
-        default=10.0,
+        default=options.ping_interval,
         metavar="SECONDS",
         help="keepalive ping period of every connection",
     )
     ws.add_argument(
         "--ping-timeout",
         type=_positive,
-        default=10.0,
+        default=options.ping_timeout,
         metavar="SECONDS",
         help="a peer that has not answered a ping by then is dropped (its session detaches)",
     )
     ws.add_argument(
         "--close-timeout",
         type=_positive,
-        default=2.0,
+        default=options.close_timeout,
         metavar="SECONDS",
         help="how long a closing handshake may take before the TCP connection is cut",
     )
+    _add_ws_auth(ws)
+
+
+def _add_ws_auth(ws: argparse._ArgumentGroup) -> None:
+    # No defaults here: `from_flags` must tell a flag that was given from one that was not.
     ws.add_argument(
         "--ws-auth",
         metavar="MODE",
@@ -245,25 +276,24 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--ws-max-clock-skew-seconds",
         type=_non_negative,
         metavar="SECONDS",
-        help="leeway for the JWT's exp and nbf (default: 30)",
+        help=f"leeway for the JWT's exp and nbf (default: {DEFAULT_MAX_CLOCK_SKEW})",
     )
-    _add_http(serve)
 
 
-def _add_http(serve: argparse.ArgumentParser) -> None:
+def _add_http(serve: argparse.ArgumentParser, policy: HttpPolicy) -> None:
     http = serve.add_argument_group(
         "http/request", "HTTP(S) requests clients ask the executor to make from this host"
     )
     http.add_argument(
         "--http-requests",
         choices=["on", "off"],
-        default="on",
+        default="on" if policy.enabled else "off",
         help="off: refuse every http/request (unsandboxed network egress from this host)",
     )
     http.add_argument(
         "--http-header-env-var",
         action="append",
-        default=[],
+        default=sorted(policy.header_env_vars),
         metavar="NAME",
         help="let request headers append this executor environment variable (valueEnvVar);"
         " repeatable. Without any, valueEnvVar is refused and httpHeaderEnvVars is false",
@@ -271,7 +301,7 @@ def _add_http(serve: argparse.ArgumentParser) -> None:
     http.add_argument(
         "--http-allow-host",
         action="append",
-        default=[],
+        default=list(policy.allowed_hosts),
         metavar="HOST",
         help="only these hosts may be requested, redirects included; repeatable: names (exact,"
         " or *.suffix for subdomains), addresses or CIDRs (matched against the address"
@@ -281,6 +311,7 @@ def _add_http(serve: argparse.ArgumentParser) -> None:
     http.add_argument(
         "--http-allow-private",
         action="store_true",
+        default=policy.allow_private,
         help="let requests reach loopback, private, link-local and other non-public"
         " addresses, checked on the address actually connected to, every redirect hop"
         " included (refused by default); cloud metadata endpoints (169.254.169.254,"
@@ -289,7 +320,7 @@ def _add_http(serve: argparse.ArgumentParser) -> None:
     http.add_argument(
         "--http-allow-cidr",
         action="append",
-        default=[],
+        default=list(policy.allowed_networks),
         type=_network,
         metavar="CIDR",
         help="let requests reach these non-public addresses (e.g. 10.0.0.0/8, 127.0.0.1,"
@@ -298,20 +329,9 @@ def _add_http(serve: argparse.ArgumentParser) -> None:
     http.add_argument(
         "--http-max-buffered-bytes",
         type=_count,
-        default=DEFAULT_MAX_BUFFERED_BYTES,
+        default=policy.max_buffered_bytes,
         metavar="BYTES",
         help="largest response body a buffered (not streamed) request returns",
-    )
-
-
-def _http_policy(args: argparse.Namespace) -> HttpPolicy:
-    return HttpPolicy(
-        enabled=args.http_requests == "on",
-        header_env_vars=frozenset(args.http_header_env_var),
-        allowed_hosts=tuple(args.http_allow_host),
-        allow_private=args.http_allow_private,
-        allowed_networks=tuple(args.http_allow_cidr),
-        max_buffered_bytes=args.http_max_buffered_bytes,
     )
 
 
@@ -320,6 +340,49 @@ def _network(text: str) -> IPNetwork:
         return parse_network(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an address or CIDR: {text!r}") from None
+
+
+def daemon_config(args: argparse.Namespace) -> DaemonConfig:
+    """The daemon's configuration from ``serve``'s options (given, or their defaults)."""
+    config = DaemonConfig(
+        blocked_plugins=tuple(args.block_plugin),
+        session_ttl=args.session_ttl,
+        process=ProcessLimits(
+            retained_bytes=args.retained_output_bytes,
+            exited_retention=args.process_retention,
+            max_per_session=args.max_processes_per_session,
+            max_total=args.max_processes,
+            max_command_bytes=args.max_command_bytes,
+            stop_grace=args.stop_grace,
+            detached_output=DetachedOutput(args.detached_output),
+        ),
+        http=HttpPolicy(
+            enabled=args.http_requests == "on",
+            header_env_vars=frozenset(args.http_header_env_var),
+            allowed_hosts=tuple(args.http_allow_host),
+            allow_private=args.http_allow_private,
+            allowed_networks=tuple(args.http_allow_cidr),
+            max_buffered_bytes=args.http_max_buffered_bytes,
+        ),
+        sandbox_limits=default_limits().replace(**dict(args.limit)),
+    )
+    if args.state_dir:
+        # Passed on, never put into os.environ: the environment variable is the operator's
+        # way to set the default, and commands the daemon starts inherit its environment.
+        config = dataclasses.replace(config, state_dir=os.path.realpath(args.state_dir))
+    return config
+
+
+def websocket_options(args: argparse.Namespace, auth: Authenticator | None) -> WebSocketOptions:
+    """The WebSocket listener's limits and timers from ``serve``'s options."""
+    return WebSocketOptions(
+        max_frame_bytes=args.max_frame_bytes,
+        max_message_bytes=args.max_message_bytes,
+        ping_interval=args.ping_interval,
+        ping_timeout=args.ping_timeout,
+        close_timeout=args.close_timeout,
+        auth=auth,
+    )
 
 
 def _add_workspace(parser: argparse.ArgumentParser) -> None:
@@ -401,9 +464,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from executor.serve import parse_listen, serve
-    from executor.transports.auth import AuthFlags, from_flags
-
     configure_logging(args.log_level, args.log_format)
     address = parse_listen(args.listen)
     flags = AuthFlags(
@@ -416,32 +476,8 @@ def _serve(args: argparse.Namespace) -> int:
         max_clock_skew=args.ws_max_clock_skew_seconds,
     )
     auth = from_flags(flags, stdio=address.kind == "stdio")
-    if args.state_dir:
-        os.environ["EXECUTOR_STATE_DIR"] = os.path.realpath(args.state_dir)
-    config = DaemonConfig(
-        blocked_plugins=tuple(args.block_plugin),
-        session_ttl=args.session_ttl,
-        process=ProcessLimits(
-            retained_bytes=args.retained_output_bytes,
-            exited_retention=args.process_retention,
-            max_per_session=args.max_processes_per_session,
-            max_total=args.max_processes,
-            max_command_bytes=args.max_command_bytes,
-            stop_grace=args.stop_grace,
-            detached_output=DetachedOutput(args.detached_output),
-        ),
-        http=_http_policy(args),
-        sandbox_limits=default_limits().replace(**dict(args.limit)),
-    )
-    options = WebSocketOptions(
-        max_frame_bytes=args.max_frame_bytes,
-        max_message_bytes=args.max_message_bytes,
-        ping_interval=args.ping_interval,
-        ping_timeout=args.ping_timeout,
-        close_timeout=args.close_timeout,
-        auth=auth,
-    )
-    return asyncio.run(serve(address, config, options))
+    options = websocket_options(args, auth)
+    return asyncio.run(serve(address, daemon_config(args), options))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

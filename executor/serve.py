@@ -17,9 +17,12 @@ from executor.server import Connection
 from executor.transports.stdio import StdioTransport, open_stdio
 from executor.transports.websocket import WebSocketOptions, WebSocketProtocol, serve_websocket
 
-__all__ = ["ListenAddress", "parse_listen", "serve"]
+__all__ = ["DEFAULT_LISTEN", "ListenAddress", "parse_listen", "serve"]
 
 log = logging.getLogger("executor.serve")
+
+#: Where ``executor serve`` listens unless told otherwise (loopback only).
+DEFAULT_LISTEN = "ws://127.0.0.1:8765"
 
 STDIO_PARSE_PREFIX = "failed to parse JSON-RPC message from exec-server stdio: "
 
