@@ -13,46 +13,55 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
-import dataclasses
 import os
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from executor_linux import launch_spec
 from executor_linux.backend import LinuxBackend
+from executor_linux.launch_spec import LaunchSpec, Mounts
 
 from bench.cases.sandbox import workspace_sandbox
+from executor.protocol.intent import parse_sandbox
 from executor.sandbox import Command
 from executor.sandbox.host import LocalHost
-from executor.sandbox.intent import parse_sandbox
 from executor.sandbox.materialize import materialize
 from executor.spawn.spawner import Spawner
 
-Variant = Callable[[dict[str, Any]], None]
+Variant = Callable[[LaunchSpec], LaunchSpec]
 
 
-def _no_private_dev(payload: dict[str, Any]) -> None:
-    payload["mounts"]["private_dev"] = False
+def _mounts(spec: LaunchSpec, change: Callable[[Mounts], Mounts]) -> LaunchSpec:
+    assert spec.namespaces is not None, "the bench needs namespaces"
+    namespaces = replace(spec.namespaces, mounts=change(spec.namespaces.mounts))
+    return replace(spec, namespaces=namespaces)
 
 
-def _no_proc_masks(payload: dict[str, Any]) -> None:
-    payload["mounts"]["mask_proc"] = False
+def _no_private_dev(spec: LaunchSpec) -> LaunchSpec:
+    return _mounts(spec, lambda mounts: replace(mounts, private_dev=False))
 
 
-def _no_pins(payload: dict[str, Any]) -> None:
-    ops = payload["mounts"]["operations"]
-    payload["mounts"]["operations"] = [op for op in ops if op[0] != "pin"]
+def _no_proc_masks(spec: LaunchSpec) -> LaunchSpec:
+    return _mounts(spec, lambda mounts: replace(mounts, mask_proc=False))
 
 
-def _no_limits(payload: dict[str, Any]) -> None:
-    payload["limits"] = None
+def _no_pins(spec: LaunchSpec) -> LaunchSpec:
+    def without_pins(mounts: Mounts) -> Mounts:
+        ops = tuple(op for op in mounts.operations if op[0] != "pin")
+        return replace(mounts, operations=ops)
+
+    return _mounts(spec, without_pins)
+
+
+def _no_limits(spec: LaunchSpec) -> LaunchSpec:
+    return replace(spec, limits=None)
 
 
 VARIANTS: dict[str, Variant | None] = {
@@ -78,10 +87,10 @@ async def _measure(runs: int, workspace: str) -> dict[str, float]:
                 )
                 plan = backend.prepare(rules, command)
                 assert plan.setup is not None
-                payload = copy.deepcopy(plan.setup.payload)
+                setup = plan.setup
                 if variant is not None:
-                    variant(payload)
-                setup = dataclasses.replace(plan.setup, payload=payload)
+                    spec = variant(launch_spec.decode(setup.payload))
+                    setup = replace(setup, payload=launch_spec.encode(spec))
                 request = Command(
                     executable=plan.executable,
                     argv=plan.argv,

@@ -6,12 +6,13 @@ import argparse
 import asyncio
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from executor.errors import ProfileError, SandboxUnavailable
+from executor.protocol.intent import Access
 from executor.sandbox.api import BackendStatus, Command, HostInfo, SandboxBackend
 from executor.sandbox.host import LocalHost, state_directory
-from executor.sandbox.intent import Access
 from executor.sandbox.limits import default_limits
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.sandbox.materialize import MAX_SCAN_DEPTH, Purpose, materialize
@@ -59,19 +60,7 @@ def _library_dirs() -> list[str]:
 def _rules_for(
     profile: Profile, roots: tuple[str, ...], cwd: str, network: bool | None
 ) -> RuleSet | None:
-    from dataclasses import replace
-
-    intent = profile.intent(workspace_roots=roots, cwd=cwd)
-    if network is not None and profile.permissions.file_system is not None:
-        from executor.sandbox.intent import NetworkMode
-
-        intent = replace(
-            intent,
-            permissions=replace(
-                intent.permissions,
-                network=NetworkMode.ENABLED if network else NetworkMode.RESTRICTED,
-            ),
-        )
+    intent = profile.intent(workspace_roots=roots, cwd=cwd, network=network)
     host = LocalHost(hidden_paths=(state_directory(),), cwd=cwd)
     rules = materialize(
         intent, host, purpose=Purpose.PROCESS, process_cwd=cwd, child_env=dict(os.environ)

@@ -16,6 +16,7 @@ from executor.memory import MemoryReclaimer
 from executor.process import Confinement, LiveProcessCounter, ProcessLimits, ProcessTable
 from executor.protocol.messages import Capabilities
 from executor.router import Route, build_routes
+from executor.sandbox.api import HostInfo
 from executor.sandbox.confine import SandboxConfinement
 from executor.sandbox.host import LocalHost, state_directory
 from executor.sandbox.limits import ResourceLimits, default_limits
@@ -79,7 +80,8 @@ class Daemon:
         _ensure_private_dir(config.state_dir)
         self.host_view = LocalHost(hidden_paths=(config.state_dir,))
         self.sandbox = SandboxManager(
-            get_plugin_manager(blocked=(*config.blocked_plugins, *blocked_from_env()))
+            get_plugin_manager(blocked=(*config.blocked_plugins, *blocked_from_env())),
+            HostInfo.current(state_dir=config.state_dir),
         )
         self.confinement: Confinement = confinement or SandboxConfinement(
             self.sandbox, self.host_view, config.sandbox_limits

@@ -9,8 +9,8 @@ import sys
 from collections.abc import Mapping
 
 from executor import __version__
-from executor.paths import to_uri
 from executor.protocol.messages import Capabilities, EnvironmentInfo, ShellInfo
+from executor.protocol.paths import to_uri
 
 __all__ = ["STATUS_READY", "describe_host", "platform_os"]
 

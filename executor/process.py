@@ -23,7 +23,6 @@ from typing import Any, Protocol
 from executor import envpolicy, proctree
 from executor.errors import InvalidParams, InvalidRequest, spawn_error
 from executor.output import DEFAULT_RETAINED_BYTES, DetachedOutput, OutputLog
-from executor.paths import ForeignPathError, parse_path_uri
 from executor.protocol import jsonrpc, methods
 from executor.protocol.messages import (
     OutputChunk,
@@ -38,6 +37,7 @@ from executor.protocol.messages import (
     WriteParams,
     WriteStatus,
 )
+from executor.protocol.paths import ForeignPathError, parse_path_uri
 from executor.sandbox.denial import classify
 from executor.spawn.child import set_window_size
 from executor.spawn.spawner import Launch, Spawner, SpawnRequest

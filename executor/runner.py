@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from executor import envpolicy, proctree
 from executor.errors import spawn_error
 from executor.output import OutputLog
-from executor.paths import to_uri
 from executor.process import ConfinedCommand, exit_code_from_status
-from executor.protocol.messages import StartParams, Stream
+from executor.protocol.messages import Stream
 from executor.sandbox.confine import SandboxConfinement
 from executor.sandbox.denial import classify
 from executor.sandbox.host import LocalHost, state_directory
@@ -55,17 +54,6 @@ class RunRequest:
     tty: bool = False
 
 
-def _sandbox_context(request: RunRequest) -> dict[str, object] | None:
-    context = request.profile.wire_context(workspace_roots=request.workspace_roots, cwd=request.cwd)
-    permissions = dict(context["permissions"])
-    if permissions.get("type") == "disabled":
-        return context
-    if request.network is not None:
-        permissions["network"] = "enabled" if request.network else "restricted"
-    context["permissions"] = permissions
-    return context
-
-
 def confine(request: RunRequest, manager: SandboxManager | None = None) -> ConfinedCommand:
     """Resolve and confine the command as the daemon would (raises to refuse)."""
     manager = manager or SandboxManager(get_plugin_manager(blocked_from_env()))
@@ -80,15 +68,10 @@ def confine(request: RunRequest, manager: SandboxManager | None = None) -> Confi
     command = SpawnRequest(
         executable=executable, argv=request.argv, env=env, cwd=request.cwd, tty=request.tty
     )
-    params = StartParams(
-        process_id="run",
-        argv=request.argv,
-        cwd=to_uri(request.cwd),
-        env=env,
-        tty=request.tty,
-        sandbox=_sandbox_context(request),
+    intent = request.profile.intent(
+        workspace_roots=request.workspace_roots, cwd=request.cwd, network=request.network
     )
-    return confinement.confine(params, command)
+    return confinement.enforce(intent, command, label="executor run")
 
 
 async def run_command(request: RunRequest) -> int:

@@ -162,11 +162,6 @@ def two_state_dirs() -> Iterator[tuple[Path, Path]]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="executor/daemon.py builds its SandboxManager without HostInfo.current("
-    "state_dir=config.state_dir), so the Linux backend falls back to EXECUTOR_STATE_DIR",
-)
 def test_state_dir_reaches_the_sandbox_backend(two_state_dirs: tuple[Path, Path]) -> None:
     """The Linux backend stages its launches in the --state-dir (the directory every sandbox
     has hidden), not in the one the environment names."""

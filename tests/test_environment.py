@@ -8,8 +8,8 @@ import pytest
 
 import executor
 from executor.environment import describe_host
-from executor.paths import to_uri
 from executor.protocol.messages import Capabilities
+from executor.protocol.paths import to_uri
 from tests.support.client import WsClient
 from tests.support.daemon import RunningDaemon
 

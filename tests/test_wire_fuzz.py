@@ -34,8 +34,8 @@ from typing import Any
 
 import pytest
 
-from executor.paths import parse_path_uri
 from executor.protocol import methods
+from executor.protocol.paths import parse_path_uri
 from tests.support.client import WsClient, output_of
 from tests.support.daemon import RunningDaemon
 from tests.support.json_backends import BACKENDS, daemon_env

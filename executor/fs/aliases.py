@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import posixpath
 
-from executor.sandbox.intent import Entry, PathTarget, SandboxIntent, SpecialKind, SpecialTarget
+from executor.protocol.intent import Entry, PathTarget, SandboxIntent, SpecialKind, SpecialTarget
 from executor.sandbox.materialize import HostView
 
 __all__ = ["alias_paths"]

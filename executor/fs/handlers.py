@@ -21,12 +21,12 @@ from executor.fs.aliases import alias_paths
 from executor.fs.handles import DEFAULT_MAX_HANDLES, Handle, HandleTable
 from executor.fs.resolve import Resolver
 from executor.fs.view import SandboxView
-from executor.paths import parse_path_uri, to_uri
 from executor.protocol import fs_messages as fm
 from executor.protocol import jsonrpc, methods
+from executor.protocol.intent import SandboxIntent
 from executor.protocol.messages import b64
+from executor.protocol.paths import parse_path_uri, to_uri
 from executor.router import Route
-from executor.sandbox.intent import SandboxIntent, parse_sandbox
 from executor.sandbox.materialize import HostView, Purpose, materialize
 
 if TYPE_CHECKING:
@@ -50,10 +50,6 @@ class FsLimits:
     max_handles: int = DEFAULT_MAX_HANDLES
     #: Largest ``fs/readBlock`` length and ``fs/writeBlock`` chunk.
     max_block_bytes: int = _MIB
-
-
-def _intent(raw: Any) -> SandboxIntent | None:
-    return None if raw is None else parse_sandbox(raw, "sandbox")
 
 
 def _resolver(host: HostView, intent: SandboxIntent | None) -> Resolver:
@@ -98,7 +94,7 @@ class _Service:
     # --- whole-object methods ----------------------------------------------------------------
 
     async def read_file(self, ctx: RequestContext, params: fm.ReadFileParams) -> Any:
-        intent, path = _intent(params.sandbox), parse_path_uri(params.path)
+        intent, path = params.sandbox, parse_path_uri(params.path)
         limit = self.limits.max_read_file_bytes or _I64_MAX
         operation = partial(
             files.read_file_base64, path=path, follow=params.follow_symlinks, limit=limit
@@ -107,7 +103,7 @@ class _Service:
         return jsonrpc.Spliced((b'{"dataBase64":"', encoded, b'"}'))
 
     async def write_file(self, ctx: RequestContext, params: fm.WriteFileParams) -> Any:
-        intent, path = _intent(params.sandbox), parse_path_uri(params.path)
+        intent, path = params.sandbox, parse_path_uri(params.path)
         data = params.data()
         await _run(
             ctx,
@@ -117,7 +113,7 @@ class _Service:
         return {}
 
     async def create_directory(self, ctx: RequestContext, params: fm.CreateDirectoryParams) -> Any:
-        intent, path = _intent(params.sandbox), parse_path_uri(params.path)
+        intent, path = params.sandbox, parse_path_uri(params.path)
         operation = partial(
             directories.create_directory,
             path=path,
@@ -128,23 +124,23 @@ class _Service:
         return {}
 
     async def get_metadata(self, ctx: RequestContext, params: fm.GetMetadataParams) -> Any:
-        intent, path = _intent(params.sandbox), parse_path_uri(params.path)
+        intent, path = params.sandbox, parse_path_uri(params.path)
         operation = partial(metadata.get_metadata, path=path, follow=params.follow_symlinks)
         return (await _run(ctx, intent, operation)).to_wire()
 
     async def read_directory(self, ctx: RequestContext, params: fm.ReadDirectoryParams) -> Any:
-        intent, path = _intent(params.sandbox), parse_path_uri(params.path)
+        intent, path = params.sandbox, parse_path_uri(params.path)
         entries = await _run(ctx, intent, partial(directories.read_directory, path=path))
         return {"entries": [entry.to_wire() for entry in entries]}
 
     async def walk(self, ctx: RequestContext, params: fm.WalkParams) -> Any:
-        intent, path = _intent(params.sandbox), parse_path_uri(params.path)
+        intent, path = params.sandbox, parse_path_uri(params.path)
         walk.check_options(params.options)
         result = await _run(ctx, intent, partial(walk.walk, path=path, options=params.options))
         return result.to_wire()
 
     async def remove(self, ctx: RequestContext, params: fm.RemoveParams) -> Any:
-        intent, path = _intent(params.sandbox), parse_path_uri(params.path)
+        intent, path = params.sandbox, parse_path_uri(params.path)
         operation = partial(
             remove.remove,
             path=path,
@@ -156,7 +152,7 @@ class _Service:
         return {}
 
     async def copy(self, ctx: RequestContext, params: fm.CopyParams) -> Any:
-        intent = _intent(params.sandbox)
+        intent = params.sandbox
         source = parse_path_uri(params.source_path)
         destination = parse_path_uri(params.destination_path)
         operation = partial(
@@ -166,14 +162,14 @@ class _Service:
         return {}
 
     async def canonicalize(self, ctx: RequestContext, params: fm.CanonicalizeParams) -> Any:
-        intent, path = _intent(params.sandbox), parse_path_uri(params.path)
+        intent, path = params.sandbox, parse_path_uri(params.path)
         real = await _run(ctx, intent, partial(metadata.canonicalize, path=path))
         return {"path": to_uri(real)}
 
     # --- handles -----------------------------------------------------------------------------
 
     async def open(self, ctx: RequestContext, params: fm.OpenParams) -> Any:
-        intent, path = _intent(params.sandbox), parse_path_uri(params.path)
+        intent, path = params.sandbox, parse_path_uri(params.path)
         table = self._handles(ctx)
         handle = table.reserve(params.handle_id, params.mode)
         async with handle.turn():

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Final
 
-from executor.sandbox.intent import Access
+from executor.protocol.intent import Access
 from executor.sandbox.rules import RuleSet, glob_has_magic, is_within
 
 __all__ = ["SCAN_ENTRIES_ENV", "DeniedInodes", "ScanBudget", "Unsettled"]

@@ -20,7 +20,7 @@ from executor.fs import failures
 from executor.fs.directories import list_names
 from executor.fs.resolve import Location, Resolver
 from executor.fs.view import denial
-from executor.sandbox.intent import Access
+from executor.protocol.intent import Access
 from executor.sandbox.rules import is_within
 
 __all__ = ["remove"]

@@ -32,7 +32,7 @@ from typing import Final
 
 from executor.fs import syscalls
 from executor.fs.view import SandboxView, Visibility, denial
-from executor.sandbox.intent import Access
+from executor.protocol.intent import Access
 
 __all__ = ["MAX_SYMLINK_HOPS", "Location", "Resolver", "split"]
 

@@ -26,7 +26,7 @@ from functools import cached_property
 
 from executor.fs import failures
 from executor.fs.inodes import DeniedInodes, Unsettled
-from executor.sandbox.intent import Access
+from executor.protocol.intent import Access
 from executor.sandbox.rules import RuleSet
 
 __all__ = ["SandboxView", "Visibility", "denial"]

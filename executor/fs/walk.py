@@ -22,8 +22,8 @@ from executor.errors import InvalidRequest, os_error_message
 from executor.fs.directories import list_names, open_directory
 from executor.fs.resolve import Location, Resolver
 from executor.fs.view import Visibility
-from executor.paths import to_uri
 from executor.protocol.fs_messages import WalkEntry, WalkError, WalkKind, WalkOptions, WalkResult
+from executor.protocol.paths import to_uri
 
 __all__ = ["MAX_DEPTH", "MAX_DIRECTORIES", "MAX_ENTRIES", "check_options", "walk"]
 

@@ -32,6 +32,7 @@ __all__ = [
     "Base64Bytes",
     "DecodeError",
     "IntRange",
+    "Parsed",
     "Usize",
     "camel",
     "decode",
@@ -53,6 +54,18 @@ class IntRange:
 
 class Base64:
     """Marks a ``bytes`` field carried as standard padded base64 text."""
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """Marks a field whose wire form has its own parser, ``parse(value, path)``.
+
+    For values too irregular for field-by-field decoding (the ``sandbox`` context mixes
+    snake_case and camelCase, aliases and cross-field rules); the parser raises
+    ``DecodeError`` with the path it is given, so its messages read like every other field's.
+    """
+
+    parse: Callable[[Any, str], Any]
 
 
 Base64Bytes = typing.Annotated[bytes, Base64]
@@ -186,6 +199,8 @@ def _annotated(base: Any, marks: list[Any]) -> Decoder:
             return _integer(mark)
         if mark is Base64 or isinstance(mark, Base64):
             return _base64
+        if isinstance(mark, Parsed):
+            return mark.parse
     return _decoder_for(base)
 
 

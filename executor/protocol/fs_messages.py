@@ -1,9 +1,10 @@
 """Typed params and results of the filesystem methods (``fs/*``, protocol.md §5.11-§5.24).
 
-Params decode with ``executor.protocol.decode``; paths stay ``file:`` URI strings here and the
-``sandbox`` object stays raw (``executor.paths`` and ``executor.sandbox.intent`` own those wire
-forms). ``fs/writeFile`` keeps ``dataBase64`` as text because it reports bad base64 with its
-own code and message. Results render themselves with ``to_wire()``.
+Params decode with ``executor.protocol.decode``; ``sandbox`` decodes to a ``SandboxIntent``
+(``executor.protocol.intent``) with the params, while paths stay ``file:`` URI strings until a
+handler parses them (``executor.protocol.paths``), after the sandbox, as the reference does.
+``fs/writeFile`` keeps ``dataBase64`` as text because it reports bad base64 with its own code
+and message. Results render themselves with ``to_wire()``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Final
 from executor.errors import InvalidRequest
 from executor.protocol import b64codec
 from executor.protocol.decode import U64, Base64Bytes, Usize
+from executor.protocol.intent import WireSandbox
 
 __all__ = [
     "CanonicalizeParams",
@@ -90,7 +92,7 @@ class ReadFileParams:
 
     path: str
     follow_symlinks: bool = True
-    sandbox: Any = None
+    sandbox: WireSandbox | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,7 +102,7 @@ class WriteFileParams:
     path: str
     data_base64: str
     follow_symlinks: bool = True
-    sandbox: Any = None
+    sandbox: WireSandbox | None = None
 
     def data(self) -> bytes:
         """The bytes to write; bad base64 is ``-32600`` here, not ``-32602``."""
@@ -117,7 +119,7 @@ class CreateDirectoryParams:
     path: str
     recursive: bool = True
     follow_symlinks: bool = True
-    sandbox: Any = None
+    sandbox: WireSandbox | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,7 +128,7 @@ class GetMetadataParams:
 
     path: str
     follow_symlinks: bool = True
-    sandbox: Any = None
+    sandbox: WireSandbox | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,7 +136,7 @@ class ReadDirectoryParams:
     """``fs/readDirectory`` params."""
 
     path: str
-    sandbox: Any = None
+    sandbox: WireSandbox | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,7 +155,7 @@ class WalkParams:
 
     path: str
     options: WalkOptions
-    sandbox: Any = None
+    sandbox: WireSandbox | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -164,7 +166,7 @@ class RemoveParams:
     recursive: bool = True
     force: bool = True
     follow_symlinks: bool = True
-    sandbox: Any = None
+    sandbox: WireSandbox | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,7 +176,7 @@ class CopyParams:
     source_path: str
     destination_path: str
     recursive: bool
-    sandbox: Any = None
+    sandbox: WireSandbox | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -182,7 +184,7 @@ class CanonicalizeParams:
     """``fs/canonicalize`` params."""
 
     path: str
-    sandbox: Any = None
+    sandbox: WireSandbox | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,7 +194,7 @@ class OpenParams:
     handle_id: str
     path: str
     mode: OpenMode = OpenMode.READ
-    sandbox: Any = None
+    sandbox: WireSandbox | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,7 +2,7 @@
 
 Params are decoded with ``executor.protocol.decode`` (camelCase wire names are derived from
 the field names). Results render themselves with ``to_wire()``; camelCase exists only there.
-The ``sandbox`` field stays raw here: ``executor.sandbox.intent`` owns its wire form.
+``sandbox`` decodes to a ``SandboxIntent`` with the params (``executor.protocol.intent``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from executor.protocol import b64codec
 from executor.protocol.decode import U64, Base64Bytes, DecodeError, Usize
+from executor.protocol.intent import ManagedNetwork, WireSandbox
 from executor.protocol.jsonrpc import base64_value
 
 __all__ = [
@@ -218,9 +219,9 @@ class StartParams:
     pipe_stdin: bool = False
     arg0: str | None = None
     env_policy: EnvPolicy | None = None
-    sandbox: Any = None
+    sandbox: WireSandbox | None = None
     enforce_managed_network: bool = False
-    managed_network: Any = None
+    managed_network: ManagedNetwork | None = None
     network_proxy: Any = None
     shell_snapshot: Any = None
     metadata: ProcessMetadata | None = None

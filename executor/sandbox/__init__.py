@@ -19,6 +19,7 @@ hook and is registered in the ``executor.sandbox`` entry-point group::
 from __future__ import annotations
 
 from executor.errors import SandboxUnavailable
+from executor.protocol.intent import Access, NetworkMode, SandboxIntent
 from executor.protocol.messages import SandboxType
 from executor.sandbox.api import (
     BackendStatus,
@@ -30,7 +31,6 @@ from executor.sandbox.api import (
     SandboxBackend,
 )
 from executor.sandbox.hookspecs import ENTRY_POINT_GROUP, hookimpl, hookspec
-from executor.sandbox.intent import Access, NetworkMode, SandboxIntent
 from executor.sandbox.limits import ResourceLimits
 from executor.sandbox.rules import Feature, PathKind, PathRule, RuleOrigin, RuleSet
 

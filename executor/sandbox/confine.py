@@ -15,14 +15,9 @@ from dataclasses import replace
 
 from executor.errors import InvalidParams, SandboxUnavailable
 from executor.process import ConfinedCommand
+from executor.protocol.intent import SandboxIntent
 from executor.protocol.messages import SandboxType, StartParams
 from executor.sandbox.api import Command, LaunchPlan
-from executor.sandbox.intent import (
-    NetworkIntent,
-    SandboxIntent,
-    parse_network_intent,
-    parse_sandbox,
-)
 from executor.sandbox.limits import ResourceLimits, default_limits
 from executor.sandbox.manager import SandboxManager
 from executor.sandbox.materialize import HostView, Purpose, materialize
@@ -34,12 +29,12 @@ __all__ = ["SandboxConfinement", "plan_command"]
 log = logging.getLogger("executor.sandbox")
 
 
-def _refuse_managed_network(network: NetworkIntent, *, sandboxed: bool) -> None:
-    if network.network_proxy is not None:
+def _refuse_managed_network(params: StartParams, *, sandboxed: bool) -> None:
+    if params.network_proxy is not None:
         raise InvalidParams(
             "networkProxy is not supported by this executor (networkProxyLaunch is false)"
         )
-    if network.enforce_managed_network:
+    if params.enforce_managed_network:
         if not sandboxed:
             raise InvalidParams("enforceManagedNetwork requires a sandbox")
         raise SandboxUnavailable(
@@ -85,20 +80,19 @@ class SandboxConfinement:
         return replace(rules, limits=self.limits)
 
     def confine(self, params: StartParams, command: SpawnRequest) -> ConfinedCommand:
-        """Decide how ``command`` runs; raises ``SandboxUnavailable`` to refuse it."""
-        network = parse_network_intent(
-            params.enforce_managed_network, params.managed_network, params.network_proxy
-        )
-        if params.sandbox is None:
-            _refuse_managed_network(network, sandboxed=False)
-            return ConfinedCommand(request=command, sandbox_type=SandboxType.NONE, sandboxed=False)
-        intent = parse_sandbox(params.sandbox)
-        _refuse_managed_network(network, sandboxed=True)
-        rules = self.rules_for(intent, command)
+        """Decide how a ``process/start`` runs; raises ``SandboxUnavailable`` to refuse it."""
+        _refuse_managed_network(params, sandboxed=params.sandbox is not None)
+        return self.enforce(params.sandbox, command, label=f"process {params.process_id}")
+
+    def enforce(
+        self, intent: SandboxIntent | None, command: SpawnRequest, *, label: str
+    ) -> ConfinedCommand:
+        """Confine ``command`` to ``intent`` (None: unsandboxed), or raise to refuse it."""
+        rules = None if intent is None else self.rules_for(intent, command)
         if rules is None:
             return ConfinedCommand(request=command, sandbox_type=SandboxType.NONE, sandboxed=False)
         plan, request = plan_command(self.manager, rules, command)
-        log.info("process %s: %s", params.process_id, plan.report.summary())
+        log.info("%s: %s", label, plan.report.summary())
         return ConfinedCommand(
             request=request,
             sandbox_type=plan.sandbox_type,

@@ -27,6 +27,17 @@ from collections.abc import Mapping
 from typing import Final, Protocol
 
 from executor.errors import InvalidParams, SandboxUnavailable
+from executor.protocol.intent import (
+    PROJECT_ROOTS_GLOB_PREFIX,
+    Access,
+    Entry,
+    GlobTarget,
+    PathTarget,
+    ProfileType,
+    SandboxIntent,
+    SpecialKind,
+    SpecialTarget,
+)
 from executor.sandbox.globscan import (
     GLOB_SCAN_ENTRIES_ENV,
     GLOB_SCAN_MATCHES_ENV,
@@ -37,17 +48,6 @@ from executor.sandbox.globscan import (
     GlobScan,
     ScanLimits,
     Truncation,
-)
-from executor.sandbox.intent import (
-    PROJECT_ROOTS_GLOB_PREFIX,
-    Access,
-    Entry,
-    GlobTarget,
-    PathTarget,
-    ProfileType,
-    SandboxIntent,
-    SpecialKind,
-    SpecialTarget,
 )
 from executor.sandbox.rules import (
     PathKind,

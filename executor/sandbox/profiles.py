@@ -42,19 +42,21 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
 from executor.errors import ProfileError, RequestError
-from executor.paths import to_uri
-from executor.sandbox.intent import (
+from executor.protocol.intent import (
     PROJECT_ROOTS_GLOB_PREFIX,
+    NetworkMode,
     Permissions,
+    ProfileType,
     SandboxIntent,
     parse_permissions,
 )
+from executor.protocol.paths import to_uri
 from executor.sandbox.limits import LIMIT_NAMES, ResourceLimits, default_limits, parse_limits
 from executor.sandbox.rules import glob_has_magic
 
@@ -95,11 +97,23 @@ class Profile:
     limits: ResourceLimits = field(default_factory=default_limits)
 
     def intent(
-        self, *, workspace_roots: tuple[str, ...] = (), cwd: str | None = None
+        self,
+        *,
+        workspace_roots: tuple[str, ...] = (),
+        cwd: str | None = None,
+        network: bool | None = None,
     ) -> SandboxIntent:
-        """The sandbox intent of this profile for a command in ``cwd``."""
+        """The sandbox intent of this profile for a command in ``cwd``.
+
+        ``network`` overrides the profile's network setting (``executor run --network``); a
+        disabled profile has none to override.
+        """
+        permissions = self.permissions
+        if network is not None and permissions.type is not ProfileType.DISABLED:
+            mode = NetworkMode.ENABLED if network else NetworkMode.RESTRICTED
+            permissions = replace(permissions, network=mode)
         return SandboxIntent(
-            permissions=self.permissions,
+            permissions=permissions,
             cwd=cwd or (workspace_roots[0] if workspace_roots else None),
             workspace_roots=workspace_roots,
         )

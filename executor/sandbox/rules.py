@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from executor.sandbox.intent import Access, NetworkMode
+from executor.protocol.intent import Access, NetworkMode
 from executor.sandbox.limits import ResourceLimits, default_limits
 
 __all__ = [

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from executor.errors import SandboxUnavailable
-from executor.sandbox.intent import Access, NetworkMode
+from executor.sandbox import Access, NetworkMode
 from executor.sandbox.rules import PathKind, PathRule, RuleOrigin, RuleSet
 from executor_linux import landlock
 

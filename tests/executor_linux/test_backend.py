@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from executor_linux.backend import LinuxBackend
 
+from executor.protocol.intent import Access
 from executor.protocol.messages import SandboxType
 from executor.sandbox.api import Command, HostInfo
-from executor.sandbox.intent import Access
 from executor.sandbox.rules import PathKind, PathRule, RuleSet
 from executor.spawn.spawner import LaunchFailed, Spawner
 from tests.executor_linux.conftest import linux_sandbox_available

@@ -17,6 +17,7 @@ get through (or fail differently) without it:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -31,8 +32,8 @@ import pytest
 from executor_linux import plan, seccomp_policy
 from executor_linux.probe import host_support
 
+from executor.protocol.intent import parse_sandbox
 from executor.sandbox.host import LocalHost
-from executor.sandbox.intent import parse_sandbox
 from executor.sandbox.materialize import materialize
 from tests.executor_linux.conftest import linux_sandbox_available
 from tests.executor_linux.probe_text import ATTEMPT
@@ -255,7 +256,7 @@ def test_landlock_alone_confines_reads_writes_and_tcp(tmp_path: Path, listener: 
     python = shutil.which("python3") or sys.executable
     for rules_json, expected in (
         (
-            json.dumps(ruleset.to_payload()),
+            json.dumps(dataclasses.asdict(ruleset.to_spec())),
             {
                 "read_denied": "EACCES",
                 "read_granted": "ok",

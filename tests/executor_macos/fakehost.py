@@ -12,9 +12,9 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from executor.paths import parse_path_uri
+from executor.protocol.intent import parse_sandbox
+from executor.protocol.paths import parse_path_uri
 from executor.sandbox.globscan import GlobScan, ScanLimits
-from executor.sandbox.intent import parse_sandbox
 from executor.sandbox.materialize import Purpose, materialize
 from executor.sandbox.rules import PathKind, RuleSet, is_within
 from tests.sandbox.fakehost import bounded_scan

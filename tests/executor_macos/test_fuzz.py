@@ -22,7 +22,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from executor.errors import SandboxUnavailable
-from executor.sandbox.intent import Access, NetworkMode
+from executor.protocol.intent import Access, NetworkMode
 from executor.sandbox.rules import PathKind, PathRule, RuleOrigin, RuleSet, glob_to_regex
 from tests.executor_macos.seatbelt_model import Model, ere_search
 from tests.executor_macos.sexpr import literals, params_used, parse, split_define

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from executor_macos.plugin import MacosBackend
 
+from executor.protocol.intent import parse_sandbox
 from executor.sandbox import HostInfo
 from executor.sandbox.host import LocalHost, state_directory
-from executor.sandbox.intent import parse_sandbox
 from executor.sandbox.materialize import Purpose, materialize
 from executor.spawn.spawner import SpawnRequest
 

@@ -13,7 +13,7 @@ import pytest
 from executor_macos.profile import SeatbeltProfile, render_profile
 
 from executor.errors import SandboxUnavailable
-from executor.sandbox.intent import Access, NetworkMode
+from executor.protocol.intent import Access, NetworkMode
 from executor.sandbox.rules import PathKind, PathRule, RuleOrigin, RuleSet
 from tests.executor_macos.fakehost import FakeMacHost
 from tests.executor_macos.seatbelt_model import Model

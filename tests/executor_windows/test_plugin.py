@@ -6,8 +6,8 @@ import pytest
 from executor_windows.plugin import WindowsBackend
 
 from executor.errors import SandboxUnavailable
+from executor.protocol.intent import NetworkMode
 from executor.sandbox.api import Command, HostInfo
-from executor.sandbox.intent import NetworkMode
 from executor.sandbox.manager import SandboxManager, get_plugin_manager
 from executor.sandbox.rules import RuleSet
 

@@ -6,7 +6,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from executor.paths import to_uri
+from executor.protocol.paths import to_uri
 from tests.support.client import WsClient
 
 

@@ -13,7 +13,7 @@ from executor.fs import files
 from executor.fs.resolve import MAX_SYMLINK_HOPS, Resolver
 from executor.fs.syscalls import openat2_supported
 from executor.fs.view import SandboxView, Visibility
-from executor.sandbox.intent import Access
+from executor.protocol.intent import Access
 from executor.sandbox.rules import PathRule, RuleSet
 from tests.fs.race import Swapper
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from executor.errors import SandboxUnavailable
+from executor.protocol.intent import Access, parse_sandbox
 from executor.sandbox.globscan import (
     GLOB_SCAN_ENTRIES_ENV,
     GLOB_SCAN_MATCHES_ENV,
@@ -30,7 +31,6 @@ from executor.sandbox.globscan import (
     Truncation,
 )
 from executor.sandbox.host import LocalHost
-from executor.sandbox.intent import Access, parse_sandbox
 from executor.sandbox.materialize import materialize
 from executor.sandbox.rules import RuleOrigin, RuleSet, glob_to_regex
 from tests.executor_linux.conftest import linux_sandbox_available

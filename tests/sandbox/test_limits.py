@@ -195,7 +195,7 @@ def test_serve_limit_option() -> None:
 
 def test_wire_requests_get_the_daemons_limits() -> None:
     """A client's sandbox carries no limits: the confinement puts the daemon's on the rules."""
-    from executor.sandbox.intent import parse_sandbox
+    from executor.protocol.intent import parse_sandbox
 
     ours = ResourceLimits(processes=64, memory=128 * MiB)
     confinement = SandboxConfinement(

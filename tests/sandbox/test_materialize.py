@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from executor.errors import InvalidParams, SandboxUnavailable
-from executor.sandbox.intent import Access, NetworkMode, parse_sandbox
+from executor.protocol.intent import Access, NetworkMode, parse_sandbox
 from executor.sandbox.materialize import Purpose, materialize
 from executor.sandbox.rules import Feature, PathKind, RuleOrigin, RuleSet
 from tests.sandbox.fakehost import FakeHost

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from executor.errors import ProfileError
-from executor.sandbox.intent import Access, NetworkMode, ProfileType, parse_permissions
+from executor.protocol.intent import Access, NetworkMode, ProfileType, parse_permissions
 from executor.sandbox.materialize import materialize
 from executor.sandbox.profiles import ProfileLibrary, default_library, load_file, shipped_directory
 from tests.sandbox.fakehost import FakeHost

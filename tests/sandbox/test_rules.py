@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from executor.sandbox.intent import Access
+from executor.protocol.intent import Access
 from executor.sandbox.rules import GlobClass, PathRule, RuleSet, glob_class, glob_to_regex
 
 GLOBS = [

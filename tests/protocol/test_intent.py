@@ -7,18 +7,21 @@ from typing import Any
 import pytest
 
 from executor.errors import InvalidParams
-from executor.sandbox.intent import (
+from executor.protocol.decode import decode
+from executor.protocol.fs_messages import ReadFileParams
+from executor.protocol.intent import (
     Access,
     GlobTarget,
     NetworkMode,
     PathTarget,
     ProfileType,
+    SandboxIntent,
     SpecialKind,
     SpecialTarget,
     WindowsSandboxLevel,
-    parse_network_intent,
     parse_sandbox,
 )
+from executor.protocol.messages import StartParams
 from tests.sandbox.wire import REAL_CLIENT_SANDBOX, context, glob, managed, path, special
 
 
@@ -182,9 +185,35 @@ def test_malformed_sandbox_is_refused_naming_the_field(
 
 
 def test_managed_network_fields_parse() -> None:
-    """`managedNetwork` decodes its optional fields; ports are u16."""
-    intent = parse_network_intent(True, {"loopbackPorts": [3128], "allowLocalBinding": True}, None)
-    assert intent.enforce_managed_network and intent.managed_network is not None
-    assert intent.managed_network.loopback_ports == (3128,)
-    with pytest.raises(InvalidParams, match="expected u16"):
-        parse_network_intent(True, {"loopbackPorts": [70000]}, None)
+    """`managedNetwork` decodes its optional fields with the params; ports are u16."""
+    params = decode(
+        StartParams,
+        _start(enforceManagedNetwork=True, managedNetwork={"loopbackPorts": [3128]}),
+    )
+    assert params.enforce_managed_network and params.managed_network is not None
+    assert params.managed_network.loopback_ports == (3128,)
+    with pytest.raises(InvalidParams, match=r"expected u16 at `managedNetwork\.loopbackPorts"):
+        decode(StartParams, _start(managedNetwork={"loopbackPorts": [70000]}))
+
+
+def _start(**fields: Any) -> dict[str, Any]:
+    return {
+        "processId": "p",
+        "argv": ["true"],
+        "cwd": "file:///",
+        "env": {},
+        "tty": False,
+        **fields,
+    }
+
+
+def test_sandbox_decodes_with_the_params() -> None:
+    """`sandbox` is a typed intent as soon as the params decode; a bad one names its field."""
+    params = decode(StartParams, _start(sandbox=REAL_CLIENT_SANDBOX))
+    assert isinstance(params.sandbox, SandboxIntent)
+    assert params.sandbox == parse_sandbox(REAL_CLIENT_SANDBOX)
+    bad = context(managed(path("/data", "execute")))
+    with pytest.raises(InvalidParams, match=r"at `sandbox\.permissions\.file_system\.entries\[0\]"):
+        decode(StartParams, _start(sandbox=bad))
+    file_params = decode(ReadFileParams, {"path": "file:///x", "sandbox": REAL_CLIENT_SANDBOX})
+    assert file_params.sandbox == params.sandbox

@@ -12,11 +12,11 @@ from __future__ import annotations
 import enum
 import posixpath
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 from executor.errors import InvalidParams
-from executor.paths import parse_path_uri
-from executor.protocol.decode import U16, DecodeError, decode, describe
+from executor.protocol.decode import U16, DecodeError, Parsed, decode, describe
+from executor.protocol.paths import parse_path_uri
 
 __all__ = [
     "MAX_ENTRIES",
@@ -25,7 +25,6 @@ __all__ = [
     "FileSystemPolicy",
     "GlobTarget",
     "ManagedNetwork",
-    "NetworkIntent",
     "NetworkMode",
     "PathTarget",
     "Permissions",
@@ -35,7 +34,7 @@ __all__ = [
     "SpecialTarget",
     "Target",
     "WindowsSandboxLevel",
-    "parse_network_intent",
+    "WireSandbox",
     "parse_permissions",
     "parse_sandbox",
 ]
@@ -184,15 +183,6 @@ class ManagedNetwork:
 
     loopback_ports: tuple[U16, ...] = ()
     allow_local_binding: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NetworkIntent:
-    """The request-level network fields that accompany a sandbox."""
-
-    enforce_managed_network: bool = False
-    managed_network: ManagedNetwork | None = None
-    network_proxy: Any = None
 
 
 # --- parsing --------------------------------------------------------------------------------
@@ -405,12 +395,5 @@ def parse_sandbox(value: Any, path: str = "sandbox") -> SandboxIntent:
     )
 
 
-def parse_network_intent(enforce: bool, managed: Any, proxy: Any) -> NetworkIntent:
-    """Parse the request's ``enforceManagedNetwork``, ``managedNetwork`` and ``networkProxy``."""
-    return NetworkIntent(
-        enforce_managed_network=enforce,
-        managed_network=decode(ManagedNetwork, managed, "managedNetwork")
-        if managed is not None
-        else None,
-        network_proxy=proxy,
-    )
+#: The type of a request's ``sandbox`` field: decoded by ``parse_sandbox`` with the params.
+WireSandbox = Annotated[SandboxIntent, Parsed(parse_sandbox)]
