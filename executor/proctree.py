@@ -3,74 +3,39 @@
 Every command runs under its own supervisor, a child subreaper (see ``spawn/zygote.py``), so
 descendants that escape the command's process group with ``setsid`` or a double fork stay in
 the supervisor's subtree. Killing a tree therefore means: the command's process group, plus
-every descendant of the supervisor, repeated until nothing new appears.
+every descendant of the supervisor, repeated until nothing new appears. The one definition
+of that is ``spawn/treekill.py``, shared with the supervisors; this module gives it the
+daemon's process table.
 """
 
 from __future__ import annotations
 
-import os
 import signal
-from collections.abc import Iterable
+import sys
 
 import psutil
 
+from executor.spawn import treekill
+from executor.spawn.treekill import signal_group
+
 __all__ = ["signal_group", "signal_tree"]
 
-_ROUNDS = 8
+
+def _psutil_table() -> dict[int, tuple[int, float]]:
+    """The process table where there is no /proc (macOS)."""
+    table: dict[int, tuple[int, float]] = {}
+    for process in psutil.process_iter(["ppid", "create_time"]):
+        parent, started = process.info["ppid"], process.info["create_time"]
+        if parent is not None and started is not None:  # None: access denied
+            table[process.pid] = (parent, started)
+    return table
 
 
-def signal_group(pgid: int, signum: int) -> bool:
-    """Send ``signum`` to process group ``pgid``; False if the group is gone."""
-    try:
-        os.killpg(pgid, signum)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False
-    return True
-
-
-def _descendants(supervisor: int) -> list[int]:
-    try:
-        return [child.pid for child in psutil.Process(supervisor).children(recursive=True)]
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return []
+_TABLE = treekill.proc_table if sys.platform.startswith("linux") else _psutil_table
 
 
 def signal_tree(pgid: int, supervisor: int | None, signum: int = signal.SIGKILL) -> int:
-    """Signal the group and every descendant of ``supervisor``; returns how many were hit.
-
-    The tree is read *before* anything is signalled: /proc is read one process at a time,
-    and while members die a child can be read under a parent that is gone by the time the
-    parent is read (before its reparenting to the supervisor shows), so a walk of a dying
-    tree can miss it. With SIGKILL, further walks catch children forked meanwhile; the walk
-    stops after two rounds in a row find nothing new.
-    """
-    seen: set[int] = set(_descendants(supervisor)) if supervisor is not None else set()
-    hit = 1 if signal_group(pgid, signum) else 0
-    hit += _signal_all(seen, signum)
-    if supervisor is None or signum != signal.SIGKILL:
-        return hit
-    quiet = 0
-    for _ in range(_ROUNDS):
-        fresh = [pid for pid in _descendants(supervisor) if pid not in seen]
-        if not fresh:
-            quiet += 1
-            if quiet == 2:
-                break
-            continue
-        quiet = 0
-        seen.update(fresh)
-        hit += _signal_all(fresh, signum)
-    return hit
-
-
-def _signal_all(pids: Iterable[int], signum: int) -> int:
-    hit = 0
-    for pid in pids:
-        try:
-            os.kill(pid, signum)
-            hit += 1
-        except (ProcessLookupError, PermissionError):
-            continue
-    return hit
+    """Signal the group and every descendant of ``supervisor``; returns how many were hit
+    (see ``treekill.signal_tree``: the tree is read before anything is signalled, and a
+    SIGKILL repeats the walk until nothing new appears)."""
+    return treekill.signal_tree(pgid, supervisor, signum, table=_TABLE)

@@ -53,6 +53,7 @@ def _load_path(path: str, name: str) -> ModuleType:
 
 
 child = _load_path(os.path.join(_HERE, "child.py"), "executor_spawn_child")
+treekill = _load_path(os.path.join(_HERE, "treekill.py"), "executor_spawn_treekill")
 _modules: dict[str, ModuleType] = {}
 
 
@@ -101,38 +102,10 @@ def _report(fd: int, line: str) -> None:
         pass
 
 
-def _descendants(root: int) -> list[int]:
-    """Every live descendant of ``root``, read from /proc (Linux); parents before children."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        parents[int(entry)] = int(fields[1])
-    found: list[int] = []
-    frontier = [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent:
-                found.append(pid)
-                frontier.append(pid)
-    return found
-
-
 def _kill_tree(_signum: int, _frame: object) -> None:
-    if not os.path.isdir("/proc"):
-        return
-    for pid in _descendants(os.getpid()):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    """SIGTERM (the launcher server died: the daemon stopped it or is gone): SIGKILL all
+    below this supervisor, escapees included (they stay below the subreaper)."""
+    treekill.signal_tree(None, os.getpid())
 
 
 def _exec_child(request: dict[str, Any], fds: list[int], error_fd: int) -> None:
