@@ -20,7 +20,7 @@ from executor.sandbox import (
     RuleSet,
     SandboxType,
 )
-from executor_linux import plan, seccomp_policy
+from executor_linux import launch_spec, plan, seccomp_policy
 from executor_linux.placeholders import Placeholders, lock_directory
 from executor_linux.probe import HostSupport, host_support
 from executor_linux.resources import chain, limit_mechanisms, plan_limits
@@ -96,30 +96,25 @@ class LinuxBackend:
             )
         restricted = rules.network is NetworkMode.RESTRICTED
         lock_metadata = rules.filesystem_restricted and not use_namespaces
-        payload: dict[str, object] = {
-            "seccomp": seccomp_policy.compile_filter(
-                restricted, lock_metadata, shared_pids=not use_namespaces
-            )
-        }
+        seccomp = seccomp_policy.compile_filter(
+            restricted, lock_metadata, shared_pids=not use_namespaces
+        )
         layers: list[str] = []
         release = None
+        namespaces = None
         mounts = plan.mount_plan(rules) if use_namespaces and rules.filesystem_restricted else None
         if use_namespaces:
-            payload["namespaces"] = {
-                "user": support.user_namespace,
-                "net": restricted,
-                "proc": support.fresh_proc,
-                "uid": os.getuid(),
-                "gid": os.getgid(),
-            }
-            payload["mounts"] = {
-                **(
-                    mounts.to_payload()
-                    if mounts
-                    else {"readonly_root": False, "operations": [], "private_shm": False}
-                ),
-                "staging": plan.staging_dir(self._state_dir()),
-            }
+            staging = plan.staging_dir(self._state_dir())
+            namespaces = launch_spec.Namespaces(
+                user=support.user_namespace,
+                net=restricted,
+                proc=support.fresh_proc,
+                uid=os.getuid(),
+                gid=os.getgid(),
+                mounts=launch_spec.Mounts(staging=staging)
+                if mounts is None
+                else mounts.to_spec(staging),
+            )
             kinds = ["user"] if support.user_namespace else []
             kinds += ["mount", "pid", "ipc"] + (["net"] if restricted else [])
             layers.append(f"namespaces({','.join(kinds)})")
@@ -138,7 +133,6 @@ class LinuxBackend:
             else None
         )
         if ruleset is not None:
-            payload["landlock"] = ruleset.to_payload()
             layers.append(f"landlock({ruleset.describe()})")
         elif rules.filesystem_restricted and not use_namespaces:
             raise SandboxUnavailable("no layer can restrict the filesystem here")
@@ -158,14 +152,21 @@ class LinuxBackend:
         layers.append(f"seccomp({','.join(seccomp_modes)})" if seccomp_modes else "seccomp")
         # Last, so that no refusal above can leak the command's cgroups; applied first.
         limits = plan_limits(rules.limits, user_namespace=use_namespaces and support.user_namespace)
-        payload["limits"] = limits.payload
         layers.insert(0, limits.layer)
         release = chain(limits.release, release)
+        spec = launch_spec.LaunchSpec(
+            limits=limits.spec,
+            namespaces=namespaces,
+            landlock=None if ruleset is None else ruleset.to_spec(),
+            seccomp=seccomp,
+        )
         return LaunchPlan(
             sandbox_type=SandboxType.LINUX_SECCOMP,
             executable=command.executable,
             argv=command.argv,
-            setup=ChildSetup(module_path=_LAUNCHER, function="run", payload=payload),
+            setup=ChildSetup(
+                module_path=_LAUNCHER, function="run", payload=launch_spec.encode(spec)
+            ),
             report=EnforcementReport(layers=tuple(layers), details=details),
             release=release,
         )

@@ -1,7 +1,7 @@
 """Inside the forked child, before ``execve``: apply the Linux sandbox layers (STDLIB ONLY).
 
-Called by the launcher server as ``run(payload, ctx)`` (see ``executor/spawn/child.py``).
-Layers, in this order:
+Called by the launcher server as ``run(payload, ctx)`` (see ``executor/spawn/child.py``), the
+payload a ``launch_spec.LaunchSpec`` as ``launch_spec.encode`` made it. Layers, in this order:
 
 0. **limits**, before anything else: join the command's cgroups, lower its rlimits
    (``rlimits.py``), so that every process the command becomes is counted and capped.
@@ -31,6 +31,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from executor_linux import landlock, observe, rlimits, syscalls
+from executor_linux.launch_spec import LandlockRules, LaunchSpec, Namespaces, decode
 
 #: Signals PID 1 forwards to the command's process group.
 _FORWARDED = (
@@ -45,19 +46,20 @@ _IGNORED_ON_MISSING = (errno.ENOENT, errno.EINVAL)
 _ALL_SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
 
 
-def run(payload: dict[str, Any], ctx: Any) -> None:
-    """Apply the layers described by ``payload`` and execute the command."""
-    ctx.run("limits", lambda: rlimits.enter(payload.get("limits")))  # first: see rlimits.py
-    namespaces = payload.get("namespaces")
-    if not namespaces:
-        _exec_confined(payload, ctx)
+def run(payload: bytes, ctx: Any) -> None:
+    """Apply the layers ``payload`` (an encoded ``LaunchSpec``) describes; run the command."""
+    launch = decode(payload)
+    ctx.run("limits", lambda: rlimits.enter(launch.limits))  # first: see rlimits.py
+    namespaces = launch.namespaces
+    if namespaces is None:
+        _exec_confined(launch, ctx)
         return
     before = observe.namespace_inodes()
     ctx.run("namespaces", lambda: _enter_namespaces(namespaces))
     os.setpgid(0, 0)  # our own group: the daemon signals it; PID 1 forwards to the command
     init = os.fork()
     if init == 0:
-        _namespace_init(payload, ctx, before)
+        _namespace_init(launch, namespaces, ctx, before)
         return
     os.close(ctx.error_fd)
     for signum in _FORWARDED:
@@ -65,35 +67,37 @@ def run(payload: dict[str, Any], ctx: Any) -> None:
     os._exit(_wait_status(init))
 
 
-def _enter_namespaces(spec: dict[str, Any]) -> None:
+def _enter_namespaces(spec: Namespaces) -> None:
     flags = syscalls.CLONE_NEWNS | syscalls.CLONE_NEWPID | syscalls.CLONE_NEWIPC
-    if spec.get("net"):
+    if spec.net:
         flags |= syscalls.CLONE_NEWNET
-    if spec.get("user"):
+    if spec.user:
         flags |= syscalls.CLONE_NEWUSER
     syscalls.unshare(flags)
-    if spec.get("user"):
+    if spec.user:
         syscalls.write_file("/proc/self/setgroups", "deny")
-        syscalls.write_file("/proc/self/uid_map", f"{spec['uid']} {spec['uid']} 1")
-        syscalls.write_file("/proc/self/gid_map", f"{spec['gid']} {spec['gid']} 1")
+        syscalls.write_file("/proc/self/uid_map", f"{spec.uid} {spec.uid} 1")
+        syscalls.write_file("/proc/self/gid_map", f"{spec.gid} {spec.gid} 1")
         rlimits.in_user_namespace()  # RLIMIT_NPROC counts this sandbox only from here
 
 
-def _namespace_init(payload: dict[str, Any], ctx: Any, before: dict[str, int]) -> None:
+def _namespace_init(
+    launch: LaunchSpec, namespaces: Namespaces, ctx: Any, before: dict[str, int]
+) -> None:
     """PID 1 of the new namespaces: mounts, confine itself, spawn the command, relay."""
     spec = ctx.spec
-    ctx.run("mounts", lambda: _apply_mounts(payload["mounts"], payload["namespaces"], spec.tty))
+    ctx.run("mounts", lambda: _apply_mounts(namespaces, spec.tty))
     # Confining PID 1 itself, then spawning the command with posix_spawn (vfork), saves a
     # fork of this Python process; the command inherits every layer. PID 1 only waits and
     # forwards signals afterwards, which the layers allow.
     ctx.run("chdir", lambda: os.chdir(spec.cwd))
-    _confine(payload, ctx, before)
+    _confine(launch, ctx, before)
     try:
         command = os.posix_spawn(
             spec.executable,
             spec.argv,
             spec.env,
-            file_actions=_stdio_actions(spec.tty, payload["mounts"].get("private_dev", False)),
+            file_actions=_stdio_actions(spec.tty, namespaces.mounts.private_dev),
             setsid=True,
             setsigdef=_ALL_SIGNALS,
             setsigmask=(),
@@ -174,29 +178,29 @@ def _open_exact(path: str, *, link_ok: bool = False) -> int:
     return syscalls.syscall(syscalls.NR_OPENAT2, syscalls.AT_FDCWD, os.fsencode(path), how, 24)
 
 
-def _apply_mounts(plan: dict[str, Any], namespaces: dict[str, Any], tty: bool) -> None:
+def _apply_mounts(namespaces: Namespaces, tty: bool) -> None:
+    plan = namespaces.mounts
     syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
     host_readonly = {point for point, readonly in _mountinfo() if readonly}
-    operations = [tuple(op) for op in plan["operations"]]
     empty_file = None
-    if any(op == "mask_file" for op, _ in operations):
-        empty_file = _staging_file(plan["staging"])
-    if plan["readonly_root"]:
+    if any(op == "mask_file" for op, _ in plan.operations):
+        empty_file = _staging_file(plan.staging)
+    if plan.readonly_root:
         _readonly_everywhere()
-    for op, path in operations:
+    for op, path in plan.operations:
         _mount_one(op, path, empty_file, host_readonly)
-    if plan.get("private_dev"):
-        _private_dev(bool(plan.get("private_shm")), tty)
-    elif plan.get("private_shm") and os.path.isdir("/dev/shm"):
+    if plan.private_dev:
+        _private_dev(plan.private_shm, tty)
+    elif plan.private_shm and os.path.isdir("/dev/shm"):
         flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
         syscalls.mount("tmpfs", "/dev/shm", "tmpfs", flags, "mode=1777")
-    if namespaces.get("proc"):
+    if namespaces.proc:
         flags = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
         # With a read-only root the fresh /proc is read-only too: no sysctl, no sysrq, no
         # /proc/self knob can be written (Landlock already refuses those writes there).
-        readonly = bool(plan["readonly_root"])
+        readonly = plan.readonly_root
         syscalls.mount("proc", "/proc", "proc", flags | (syscalls.MS_RDONLY if readonly else 0))
-        if plan.get("mask_proc", True):
+        if plan.mask_proc:
             _mask_proc(readonly)
 
 
@@ -361,36 +365,36 @@ def _set_readonly(point: str) -> None:
 # --- the command process --------------------------------------------------------------------
 
 
-def _exec_confined(payload: dict[str, Any], ctx: Any) -> None:
+def _exec_confined(launch: LaunchSpec, ctx: Any) -> None:
     """Without namespaces this process becomes the command: confine it just before execve."""
-    ctx.before_exec = lambda: _confine(payload, ctx, None)
+    ctx.before_exec = lambda: _confine(launch, ctx, None)
     ctx.exec()
 
 
-def _confine(payload: dict[str, Any], ctx: Any, before: dict[str, int] | None) -> None:
+def _confine(launch: LaunchSpec, ctx: Any, before: dict[str, int] | None) -> None:
     """no_new_privs, Landlock (paths opened while capabilities allow), capabilities, seccomp;
     then check from inside that each planned layer is in force (else the launch fails) and
     report what was observed."""
     observer = observe.Observer()
     ctx.run("no_new_privs", syscalls.set_no_new_privs)
-    rules = payload.get("landlock")
-    if rules:
+    rules = launch.landlock
+    if rules is not None:
         ctx.run("landlock", lambda: _apply_landlock(rules))
     ctx.run("capabilities", syscalls.drop_capabilities)
-    program = payload.get("seccomp")
+    program = launch.seccomp
     if program:
         ctx.run("seccomp", lambda: syscalls.load_seccomp(program))
-    problems, observed = observer.verify(payload, before, landlock=bool(rules))
+    problems, observed = observer.verify(launch, before, landlock=rules is not None)
     observer.close()
     if problems:
         ctx.fail("verify", errno.EPERM, "planned but not in force: " + "; ".join(problems))
     ctx.report(observed)
 
 
-def _apply_landlock(rules: dict[str, Any]) -> None:
-    ruleset = landlock.Ruleset(rules["fs"], rules["net"], rules["scoped"])
+def _apply_landlock(rules: LandlockRules) -> None:
+    ruleset = landlock.Ruleset(rules.fs, rules.net, rules.scoped)
     try:
-        for path, rights in rules["grants"]:
+        for path, rights in rules.grants:
             try:
                 ruleset.allow_path(path, rights)
             except FileNotFoundError:

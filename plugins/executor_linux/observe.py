@@ -20,7 +20,8 @@ not grant ``/proc``); reading an open procfs file from offset 0 shows the state 
 from __future__ import annotations
 
 import os
-from typing import Any
+
+from executor_linux.launch_spec import LaunchSpec, Namespaces
 
 __all__ = ["NAMESPACES", "Observer", "mounts", "namespace_inodes"]
 
@@ -46,48 +47,51 @@ class Observer:
         os.close(self._mountinfo)
 
     def verify(
-        self, payload: dict[str, Any], before: dict[str, int] | None, landlock: bool
+        self, launch: LaunchSpec, before: dict[str, int] | None, landlock: bool
     ) -> tuple[list[str], str]:
         """(what is planned but not in force, the observed report line)."""
         problems: list[str] = []
         parts: list[str] = []
-        spec = payload.get("namespaces")
-        if spec and before is not None:
+        spec = launch.namespaces
+        if spec is not None and before is not None:
             parts.append(self._namespaces(spec, before, problems))
-        if spec and payload.get("mounts", {}).get("operations") is not None:
-            parts.append(self._mounts(payload["mounts"], spec, problems))
+        if spec is not None:
+            parts.append(self._mounts(spec, problems))
         status = _fields(_read_all(self._status))
         if status.get("NoNewPrivs") != "1":
             problems.append("no_new_privs is not set")
         parts.append("no_new_privs")
-        rules = payload.get("landlock")
-        if rules:
+        rules = launch.landlock
+        if rules is not None:
             if not landlock:
                 problems.append("Landlock was not applied")
             parts.append(
-                f"landlock(restricted: fs={rules['fs']:#x} net={rules['net']:#x} "
-                f"scoped={rules['scoped']:#x}, {len(rules['grants'])} grants)"
+                f"landlock(restricted: fs={rules.fs:#x} net={rules.net:#x} "
+                f"scoped={rules.scoped:#x}, {len(rules.grants)} grants)"
             )
         held = [name for name in _CAPABILITY_SETS if int(status.get(name, "1"), 16)]
         if held:
             problems.append(f"capabilities left in {', '.join(held)}")
         parts.append("capabilities(none)")
-        if payload.get("seccomp"):
+        if launch.seccomp:
             filters = status.get("Seccomp_filters", "0")
             if status.get("Seccomp") != "2" or filters == "0":
                 problems.append("the seccomp filter is not loaded")
             parts.append(f"seccomp(filter mode, {filters} filter{'s' if filters != '1' else ''})")
         return problems, " + ".join(parts)
 
-    def _namespaces(self, spec: dict[str, Any], before: dict[str, int], problems: list[str]) -> str:
+    def _namespaces(self, spec: Namespaces, before: dict[str, int], problems: list[str]) -> str:
         after = namespace_inodes()
-        planned = ["mnt", "pid", "ipc"] + [k for k in ("net", "user") if spec.get(k)]
+        planned = ["mnt", "pid", "ipc"] + [
+            name for name, on in (("net", spec.net), ("user", spec.user)) if on
+        ]
         for name in planned:
             if after[name] == before[name]:
                 problems.append(f"the {name} namespace is the host's")
         return f"namespaces({','.join(f'{n}:{after[n]}' for n in planned)})"
 
-    def _mounts(self, plan: dict[str, Any], spec: dict[str, Any], problems: list[str]) -> str:
+    def _mounts(self, spec: Namespaces, problems: list[str]) -> str:
+        plan = spec.mounts
         mounts = _mount_table(_read_all(self._mountinfo))
 
         def expect(path: str, *, readonly: bool | None = None, fstype: str | None = None) -> None:
@@ -99,9 +103,9 @@ class Observer:
             elif fstype is not None and found[1] != fstype:
                 problems.append(f"{path} is {found[1]}, not {fstype}")
 
-        if plan.get("readonly_root"):
+        if plan.readonly_root:
             expect("/", readonly=True)
-        for op, path in plan["operations"]:
+        for op, path in plan.operations:
             if op == "rw":
                 expect(path, readonly=False)
             elif op == "ro":
@@ -111,15 +115,15 @@ class Observer:
             else:
                 expect(path)
         extra = []
-        if plan.get("private_dev"):
+        if plan.private_dev:
             expect("/dev", readonly=True, fstype="tmpfs")
             expect("/dev/pts", fstype="devpts")
             extra.append("private /dev")
-        if spec.get("proc"):
+        if spec.proc:
             expect("/proc", fstype="proc")
             extra.append("fresh /proc")
-        readonly = ["read-only /"] if plan.get("readonly_root") else []
-        checked = len(plan["operations"])
+        readonly = ["read-only /"] if plan.readonly_root else []
+        checked = len(plan.operations)
         return f"mounts({', '.join([*readonly, *extra, f'{checked} planned mounts'])})"
 
 

@@ -26,6 +26,7 @@ from executor.errors import SandboxUnavailable
 from executor.sandbox import Access, NetworkMode
 from executor.sandbox.rules import PathKind, PathRule, RuleOrigin, RuleSet
 from executor_linux import landlock
+from executor_linux.launch_spec import LandlockRules, Mounts
 
 __all__ = ["DEVICE_GRANTS", "LandlockPlan", "MountPlan", "landlock_plan", "mount_plan"]
 
@@ -64,14 +65,15 @@ class MountPlan:
     #: Replace ``/dev`` with a minimal one (standard devices, a private devpts and ``/dev/shm``).
     private_dev: bool = True
 
-    def to_payload(self) -> dict[str, object]:
-        """Builtins only: this crosses into the launcher."""
-        return {
-            "readonly_root": self.readonly_root,
-            "operations": [list(op) for op in self.operations],
-            "private_shm": self.private_shm,
-            "private_dev": self.private_dev,
-        }
+    def to_spec(self, staging: str) -> Mounts:
+        """What the launcher mounts (``staging``: where it mounts its private tmpfs)."""
+        return Mounts(
+            staging=staging,
+            readonly_root=self.readonly_root,
+            operations=self.operations,
+            private_shm=self.private_shm,
+            private_dev=self.private_dev,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,14 +86,9 @@ class LandlockPlan:
     scoped: int
     grants: tuple[tuple[str, int], ...] = field(default=())
 
-    def to_payload(self) -> dict[str, object]:
-        """Builtins only: this crosses into the launcher."""
-        return {
-            "fs": self.fs,
-            "net": self.net,
-            "scoped": self.scoped,
-            "grants": [list(g) for g in self.grants],
-        }
+    def to_spec(self) -> LandlockRules:
+        """What the launcher enforces."""
+        return LandlockRules(fs=self.fs, net=self.net, scoped=self.scoped, grants=self.grants)
 
     def describe(self) -> str:
         """What this ruleset enforces, for reports."""

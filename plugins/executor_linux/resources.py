@@ -27,6 +27,7 @@ from typing import Final
 
 from executor.sandbox import ResourceLimits
 from executor_linux.cgroups import CgroupSupport, CommandCgroups, cgroup_support, command_cgroups
+from executor_linux.launch_spec import Limits
 
 __all__ = ["OOM_SCORE_ADJ", "LimitsPlan", "chain", "limit_mechanisms", "plan_limits"]
 
@@ -51,7 +52,7 @@ _PER_PROCESS: Final = {
 class LimitsPlan:
     """One command's limits: what the child applies, the report layer, the clean-up."""
 
-    payload: dict[str, object]
+    spec: Limits
     layer: str
     release: Callable[[], None] | None = None
 
@@ -144,15 +145,15 @@ def plan_limits(
             rlimits.append((_RLIMITS[name], value))
             how = "rlimit"
         applied.setdefault(how, []).append(limits.describe(name))
-    payload: dict[str, object] = {
-        "cgroups": list(group.joins) if group is not None else [],
-        "rlimits": rlimits,
-        "nproc_in_user_namespace": nproc_later,
-        "oom_score_adj": OOM_SCORE_ADJ,
-    }
+    spec = Limits(
+        cgroups=group.joins if group is not None else (),
+        rlimits=tuple(rlimits),
+        nproc_in_user_namespace=nproc_later,
+        oom_score_adj=OOM_SCORE_ADJ,
+    )
     described = "; ".join(f"{how}: {', '.join(items)}" for how, items in applied.items())
     return LimitsPlan(
-        payload=payload,
+        spec=spec,
         layer=f"limits({described or 'none'})",
         release=group.release if group is not None else None,
     )

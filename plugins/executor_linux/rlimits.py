@@ -2,12 +2,13 @@
 
 ``enter`` runs at the very start of the launcher's ``run``, before any namespace exists, so
 that everything the command becomes — PID 1 of its namespaces, the command, every
-descendant — is counted and capped. The payload comes from ``resources.plan_limits``::
+descendant — is counted and capped. What it applies, a ``launch_spec.Limits``, comes from
+``resources.plan_limits``::
 
-    {"cgroups": [".../tasks", ...],                 # written "0": this process joins
-     "rlimits": [["RLIMIT_NOFILE", 65536], ...],    # lowered, never raised
-     "nproc_in_user_namespace": 2048 | None,        # see in_user_namespace()
-     "oom_score_adj": 500}
+    Limits(cgroups=(".../tasks", ...),                   # written "0": this process joins
+           rlimits=(("RLIMIT_NOFILE", 65536), ...),      # lowered, never raised
+           nproc_in_user_namespace=2048 | None,          # see in_user_namespace()
+           oom_score_adj=500)
 
 A limit only ever lowers what the process has: the soft limit becomes ``min(soft, value)``
 and the hard limit ``min(hard, value)``, so a low soft limit the daemon runs with (1024 open
@@ -20,7 +21,8 @@ from __future__ import annotations
 
 import os
 import resource
-from typing import Any
+
+from executor_linux.launch_spec import Limits
 
 __all__ = ["enter", "in_user_namespace", "lower"]
 
@@ -28,21 +30,21 @@ __all__ = ["enter", "in_user_namespace", "lower"]
 _later: dict[str, int] = {}
 
 
-def enter(spec: dict[str, Any] | None) -> None:
+def enter(spec: Limits | None) -> None:
     """Join the command's cgroups, raise its OOM score, lower its rlimits."""
-    if not spec:
+    if spec is None:
         return
-    for join in spec.get("cgroups", ()):
+    for join in spec.cgroups:
         _write(_whole_process(join), "0")
-    adjust = spec.get("oom_score_adj")
+    adjust = spec.oom_score_adj
     if adjust is not None:
         try:
             _write("/proc/self/oom_score_adj", str(adjust))
         except OSError:
             pass  # a preference for the OOM killer, not a limit: never a reason to fail
-    for name, value in spec.get("rlimits", ()):
+    for name, value in spec.rlimits:
         lower(name, value)
-    nproc = spec.get("nproc_in_user_namespace")
+    nproc = spec.nproc_in_user_namespace
     if nproc is not None:
         _later["RLIMIT_NPROC"] = nproc
 

@@ -132,17 +132,17 @@ def test_plan_without_cgroups_defers_nproc_to_the_user_namespace() -> None:
     limits = ResourceLimits(processes=64, memory=1 << 30, open_files=100, cpu_time=5)
     cgroups = CommandCgroups(CgroupSupport({}, {}))
     unprivileged = plan_limits(limits, user_namespace=True, uid=1000, cgroups=cgroups)
-    assert unprivileged.payload["nproc_in_user_namespace"] == 64
-    assert unprivileged.payload["rlimits"] == [
+    assert unprivileged.spec.nproc_in_user_namespace == 64
+    assert unprivileged.spec.rlimits == (
         ("RLIMIT_DATA", 1 << 30),
         ("RLIMIT_NOFILE", 100),
         ("RLIMIT_CPU", 5),
-    ]
+    )
     assert unprivileged.layer == (
         "limits(rlimit: processes=64, memory=1GiB, open_files=100, cpu_time=5s)"
     )
     root = plan_limits(limits, user_namespace=False, uid=0, cgroups=cgroups)
-    assert root.payload["nproc_in_user_namespace"] is None
+    assert root.spec.nproc_in_user_namespace is None
     assert root.layer.startswith("limits(not enforced (root): processes=64; rlimit: memory=1GiB")
 
 

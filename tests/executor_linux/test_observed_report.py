@@ -25,19 +25,21 @@ UNCONFINED = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from executor_linux import observe
+from executor_linux.launch_spec import LandlockRules, LaunchSpec, Mounts, Namespaces
 before = observe.namespace_inodes()
 observer = observe.Observer()
-payload = {
-    "namespaces": {"net": True, "proc": True},
-    "mounts": {
-        "readonly_root": True,
-        "private_dev": True,
-        "operations": [["ro", "/nonexistent-executor-test"], ["pin", sys.argv[2]]],
-    },
-    "landlock": {"fs": 1, "net": 0, "scoped": 0, "grants": []},
-    "seccomp": b"x".hex(),
-}
-problems, _ = observer.verify(payload, before, landlock=False)
+mounts = Mounts(
+    staging="/nonexistent-executor-staging",
+    readonly_root=True,
+    private_dev=True,
+    operations=(("ro", "/nonexistent-executor-test"), ("pin", sys.argv[2])),
+)
+launch = LaunchSpec(
+    namespaces=Namespaces(user=False, net=True, proc=True, uid=0, gid=0, mounts=mounts),
+    landlock=LandlockRules(fs=1, net=0, scoped=0),
+    seccomp=b"x",
+)
+problems, _ = observer.verify(launch, before, landlock=False)
 print(json.dumps(problems))
 """
 
