@@ -67,9 +67,19 @@ static void report(int fd, const char *format, ...) {
     }
 }
 
-/* Parent of `pid` from /proc/<pid>/stat; -1 when it is gone. The command name may hold
- * spaces and parentheses, so the fields start after the *last* ')'. */
-static long parent_of(const char *pid) {
+/* One process as /proc/<pid>/stat shows it. */
+struct process {
+    long pid;
+    long parent;
+    unsigned long long started; /* clock ticks since boot */
+    long parent_index;          /* where the parent is in the table; -1 if it is not there */
+    int in_tree;
+};
+
+/* Fill `process` from /proc/<pid>/stat; -1 when it is gone. The command name may hold
+ * spaces and parentheses, so the fields start after the *last* ')': the state, the parent,
+ * 17 more, then the start time. */
+static int read_process(const char *pid, struct process *process) {
     char path[300];
     char stat[1024];
     snprintf(path, sizeof path, "/proc/%s/stat", pid);
@@ -88,72 +98,146 @@ static long parent_of(const char *pid) {
         return -1;
     }
     char state;
-    long parent;
-    if (sscanf(close_paren + 2, "%c %ld", &state, &parent) != 2) {
+    if (sscanf(close_paren + 2,
+               "%c %ld %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+               &state, &process->parent, &process->started) != 3) {
         return -1;
     }
-    return parent;
+    process->pid = strtol(pid, NULL, 10);
+    process->parent_index = -1;
+    process->in_tree = 0;
+    return 0;
 }
 
-/* SIGKILL every live descendant of this process (the subreaper keeps escapees below it). */
-static void kill_subtree(void) {
+static int by_pid(const void *left, const void *right) {
+    long a = ((const struct process *)left)->pid;
+    long b = ((const struct process *)right)->pid;
+    return (a > b) - (a < b);
+}
+
+/* Every process, sorted by pid; NULL when /proc cannot be read. */
+static struct process *read_table(size_t *count) {
     size_t capacity = 256;
-    size_t count = 0;
-    long (*pairs)[2] = malloc(capacity * sizeof *pairs);
+    *count = 0;
+    struct process *table = malloc(capacity * sizeof *table);
     DIR *proc = opendir("/proc");
-    if (pairs == NULL || proc == NULL) {
-        free(pairs);
+    if (table == NULL || proc == NULL) {
+        free(table);
         if (proc != NULL) {
             closedir(proc);
         }
-        return;
+        return NULL;
     }
     struct dirent *entry;
     while ((entry = readdir(proc)) != NULL) {
         if (entry->d_name[0] < '0' || entry->d_name[0] > '9') {
             continue;
         }
-        long parent = parent_of(entry->d_name);
-        if (parent < 0) {
-            continue;
-        }
-        if (count == capacity) {
-            capacity *= 2;
-            void *grown = realloc(pairs, capacity * sizeof *pairs);
+        if (*count == capacity) {
+            struct process *grown = realloc(table, 2 * capacity * sizeof *table);
             if (grown == NULL) {
                 break;
             }
-            pairs = grown;
+            table = grown;
+            capacity *= 2;
         }
-        pairs[count][0] = strtol(entry->d_name, NULL, 10);
-        pairs[count][1] = parent;
-        count++;
+        if (read_process(entry->d_name, &table[*count]) == 0) {
+            (*count)++;
+        }
     }
     closedir(proc);
-    /* Mark descendants breadth-first: a pid is in the tree when its parent is. */
-    char *in_tree = calloc(count ? count : 1, 1);
-    long self = (long)getpid();
-    int changed = in_tree != NULL;
+    qsort(table, *count, sizeof *table, by_pid);
+    return table;
+}
+
+/* Pids already killed, across the walks of one kill_subtree. */
+struct pid_set {
+    long *pids;
+    size_t count;
+    size_t capacity;
+};
+
+static int pid_set_has(const struct pid_set *set, long pid) {
+    for (size_t i = 0; i < set->count; i++) {
+        if (set->pids[i] == pid) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void pid_set_add(struct pid_set *set, long pid) {
+    if (set->count == set->capacity) {
+        size_t capacity = set->capacity ? 2 * set->capacity : 64;
+        long *grown = realloc(set->pids, capacity * sizeof *grown);
+        if (grown == NULL) {
+            return; /* it is killed again next walk: harmless */
+        }
+        set->pids = grown;
+        set->capacity = capacity;
+    }
+    set->pids[set->count++] = pid;
+}
+
+/* One walk of /proc: SIGKILL every descendant of this process not in `killed` yet, and add
+ * it there. Returns how many were new, -1 when /proc cannot be read. */
+static long kill_new_descendants(struct pid_set *killed) {
+    size_t count;
+    struct process *table = read_table(&count);
+    if (table == NULL) {
+        return -1;
+    }
+    struct process self = {.pid = (long)getpid()};
+    struct process *me = bsearch(&self, table, count, sizeof *table, by_pid);
+    for (size_t i = 0; me != NULL && i < count; i++) {
+        struct process parent = {.pid = table[i].parent};
+        struct process *found = bsearch(&parent, table, count, sizeof *table, by_pid);
+        table[i].parent_index = found == NULL ? -1 : (long)(found - table);
+    }
+    /* A process is in the tree when its parent is, unless it started before this one: then
+     * its parent's pid was reused while /proc was read (which can also make a cycle, hence
+     * never this process itself). Marked pass by pass, parents first. */
+    long fresh = 0;
+    int changed = me != NULL;
     while (changed) {
         changed = 0;
         for (size_t i = 0; i < count; i++) {
-            if (in_tree[i]) {
+            struct process *process = &table[i];
+            if (process->in_tree || process == me || process->parent_index < 0 ||
+                process->started < me->started ||
+                (process->parent != me->pid && !table[process->parent_index].in_tree)) {
                 continue;
             }
-            long parent = pairs[i][1];
-            int below = parent == self;
-            for (size_t j = 0; !below && j < count; j++) {
-                below = in_tree[j] && pairs[j][0] == parent;
-            }
-            if (below) {
-                in_tree[i] = 1;
-                changed = 1;
-                kill((pid_t)pairs[i][0], SIGKILL);
+            process->in_tree = 1;
+            changed = 1;
+            if (!pid_set_has(killed, process->pid)) {
+                kill((pid_t)process->pid, SIGKILL);
+                pid_set_add(killed, process->pid);
+                fresh++;
             }
         }
     }
-    free(in_tree);
-    free(pairs);
+    free(table);
+    return fresh;
+}
+
+enum { KILL_ROUNDS = 8 }; /* walks after the first, at most (treekill.py: _ROUNDS) */
+
+/* SIGKILL every descendant of this process (the subreaper keeps escapees below it); the
+ * algorithm of treekill.py. The first walk reads the whole table before anything is
+ * signalled (a walk of a dying tree can miss a child read under a parent already gone);
+ * further walks catch children forked meanwhile, until two in a row find nothing new. */
+static void kill_subtree(void) {
+    struct pid_set killed = {0};
+    int quiet = 0;
+    for (int round = 0; round <= KILL_ROUNDS && quiet < 2; round++) {
+        long fresh = kill_new_descendants(&killed);
+        if (fresh < 0) {
+            break;
+        }
+        quiet = round > 0 && fresh == 0 ? quiet + 1 : 0;
+    }
+    free(killed.pids);
 }
 
 struct launch {
