@@ -8,24 +8,28 @@ import logging
 import os
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from executor.environment import describe_host
-from executor.http.policy import HttpPolicy
+from executor.environment import describe_host, environment_routes
+from executor.fs import fs_routes
+from executor.http import HttpPolicy, http_routes
 from executor.memory import MemoryReclaimer
-from executor.process import Confinement, LiveProcessCounter, ProcessLimits, ProcessTable
+from executor.process import (
+    Confinement,
+    LiveProcessCounter,
+    ProcessLimits,
+    ProcessTable,
+    SandboxConfinement,
+    process_routes,
+)
 from executor.protocol.messages import Capabilities
-from executor.router import Route, build_routes
+from executor.routing import Route
 from executor.sandbox.api import HostInfo
-from executor.sandbox.confine import SandboxConfinement
 from executor.sandbox.host import LocalHost, state_directory
 from executor.sandbox.limits import ResourceLimits, default_limits
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.session import DEFAULT_SESSION_TTL, Session, SessionRegistry
 from executor.spawn.spawner import Spawner
-
-if TYPE_CHECKING:
-    from executor.server import Connection
 
 __all__ = ["IMPLEMENTED", "Daemon", "DaemonConfig"]
 
@@ -56,6 +60,13 @@ class DaemonConfig:
         """``IMPLEMENTED``, plus what this configuration turns on."""
         env_vars = self.http.enabled and bool(self.http.header_env_vars)
         return dataclasses.replace(IMPLEMENTED, http_header_env_vars=env_vars)
+
+
+class OpenConnection(Protocol):
+    """What the daemon needs of a connection: a way to end it at shutdown."""
+
+    def close(self, code: int, reason: str) -> None:
+        """Close the transport and release the connection's state."""
 
 
 class Daemon:
@@ -89,14 +100,23 @@ class Daemon:
         self.counter = LiveProcessCounter(config.process.max_total)
         self.environment = describe_host(capabilities or config.capabilities())
         self.environment_wire = self.environment.to_wire()
-        self.routes = build_routes(extra_routes)
+        self.routes = {
+            route.method: route
+            for route in (
+                *environment_routes(self.environment),
+                *process_routes(),
+                *fs_routes(self.host_view),
+                *http_routes(config.http),
+                *(extra_routes or []),
+            )
+        }
         self.sessions = SessionRegistry(
             ttl=config.session_ttl,
             schedule=self.loop.call_later,
             make_resources=self._make_processes,
             on_expired=self._session_expired,
         )
-        self.connections: set[Connection] = set()
+        self.connections: set[OpenConnection] = set()
         #: Hands memory back to the system once sessions and retained output are gone.
         self.reclaimer = MemoryReclaimer(self.loop)
         self._background: set[asyncio.Task[Any]] = set()
@@ -127,20 +147,23 @@ class Daemon:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def connection_opened(self, connection: Connection) -> None:
+    @property
+    def max_inflight_requests(self) -> int:
+        """Concurrent ``async`` requests per connection before it stops reading."""
+        return self.config.max_inflight_requests
+
+    def connection_opened(self, connection: OpenConnection) -> None:
         """Track a connection so shutdown can close it."""
         self.connections.add(connection)
 
-    def connection_closed(self, connection: Connection) -> None:
+    def connection_closed(self, connection: OpenConnection) -> None:
         """Forget a connection."""
         self.connections.discard(connection)
 
     async def shutdown(self) -> None:
         """Close connections, end every session (stopping all process trees), stop the launcher."""
         for connection in list(self.connections):
-            connection.transport.close(1001, "executor shutting down")
-            # Release connection state (file handles) now rather than when the socket ends.
-            connection.connection_lost()
+            connection.close(1001, "executor shutting down")
         self.sessions.expire_all()
         if self._background:
             await asyncio.wait(

@@ -7,12 +7,15 @@ import pwd
 import shutil
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from executor import __version__
+from executor.protocol import jsonrpc, methods
 from executor.protocol.messages import Capabilities, EnvironmentInfo, ShellInfo
 from executor.protocol.paths import to_uri
+from executor.routing import RequestContext, Route, route
 
-__all__ = ["STATUS_READY", "describe_host", "platform_os"]
+__all__ = ["STATUS_READY", "describe_host", "environment_routes", "platform_os"]
 
 #: ``environment/status`` has exactly one answer while the daemon serves requests.
 STATUS_READY = {"status": "ready"}
@@ -60,3 +63,23 @@ def describe_host(
         temp_dir=to_uri(tmpdir or "/tmp"),
         capabilities=capabilities,
     )
+
+
+def environment_routes(info: EnvironmentInfo) -> list[Route]:
+    """``environment/info`` and ``environment/status``: constant answers, serialized once.
+
+    ``environment/info`` is ~1 KiB of JSON and the commonest request after liveness probes.
+    """
+    info_wire = jsonrpc.preencode(info.to_wire())
+    status_wire = jsonrpc.preencode(STATUS_READY)
+
+    def environment_info(_ctx: RequestContext, _params: None) -> Any:
+        return info_wire
+
+    def environment_status(_ctx: RequestContext, _params: None) -> Any:
+        return status_wire
+
+    return [
+        route(methods.ENVIRONMENT_INFO, None, environment_info),
+        route(methods.ENVIRONMENT_STATUS, None, environment_status),
+    ]

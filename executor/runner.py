@@ -29,13 +29,14 @@ from executor import envpolicy, proctree
 from executor.errors import spawn_error
 from executor.output import OutputLog
 from executor.process import ConfinedCommand, exit_code_from_status
+from executor.process.confinement import SandboxConfinement
 from executor.protocol.messages import Stream
-from executor.sandbox.confine import SandboxConfinement
+from executor.sandbox.command import Command
 from executor.sandbox.denial import classify
 from executor.sandbox.host import LocalHost, state_directory
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.sandbox.profiles import Profile
-from executor.spawn.spawner import Launch, Spawner, SpawnRequest
+from executor.spawn.spawner import Launch, Spawner
 
 __all__ = ["RunRequest", "run_command"]
 
@@ -65,7 +66,7 @@ def confine(request: RunRequest, manager: SandboxManager | None = None) -> Confi
         executable = envpolicy.find_program(request.argv[0], env, env)
     except OSError as exc:
         raise spawn_error(exc) from None
-    command = SpawnRequest(
+    command = Command(
         executable=executable, argv=request.argv, env=env, cwd=request.cwd, tty=request.tty
     )
     intent = request.profile.intent(

@@ -14,21 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from executor.errors import ExecutorError, InvalidRequest, MethodNotFound
 from executor.protocol import jsonrpc, methods
 from executor.protocol.connection import HandshakeState, Phase
 from executor.protocol.decode import decode, decode_unit
 from executor.protocol.messages import InitializeParams
-from executor.router import Reply, Route
+from executor.routing import Reply, Route
+from executor.session import Session, SessionRegistry
 
-if TYPE_CHECKING:
-    from executor.daemon import Daemon
-    from executor.session import Session
-
-__all__ = ["Connection", "MessageTransport"]
+__all__ = ["Connection", "ConnectionHost", "MessageTransport"]
 
 log = logging.getLogger("executor.connection")
 
@@ -54,13 +51,36 @@ class MessageTransport(Protocol):
         """Deliver inbound messages again."""
 
 
+class ConnectionHost(Protocol):
+    """What a connection needs from the daemon that accepted it."""
+
+    @property
+    def routes(self) -> Mapping[str, Route]:
+        """Every routed method (the handshake is the connection's own)."""
+
+    @property
+    def sessions(self) -> SessionRegistry:
+        """Where ``initialize`` creates or resumes the connection's session."""
+
+    @property
+    def environment_wire(self) -> dict[str, Any]:
+        """``environmentInfo`` of the ``initialize`` answer."""
+
+    @property
+    def max_inflight_requests(self) -> int:
+        """Concurrent ``async`` requests before the connection stops reading (backpressure)."""
+
+    def connection_closed(self, connection: Connection) -> None:
+        """The connection ended; forget it."""
+
+
 class Connection:
     """The JSON-RPC side of one client connection."""
 
     def __init__(
-        self, daemon: Daemon, transport: MessageTransport, *, parse_error_prefix: str
+        self, host: ConnectionHost, transport: MessageTransport, *, parse_error_prefix: str
     ) -> None:
-        self.daemon = daemon
+        self.host = host
         self.transport = transport
         self.session: Session | None = None
         self.handshake = HandshakeState()
@@ -81,7 +101,7 @@ class Connection:
             return
         message = jsonrpc.parse(data)
         if type(message) is jsonrpc.Request:
-            route = self.daemon.routes.get(message.method)
+            route = self.host.routes.get(message.method)
             # Fast path for the commonest requests (liveness probes, environment/info):
             # a synchronous method without params on a ready connection is answered here,
             # without the general dispatch's layers; the answer is identical.
@@ -115,7 +135,7 @@ class Connection:
         if request.method == methods.INITIALIZE:
             self._answer(request, self._initialize, InitializeParams, None)
             return
-        route = self.daemon.routes.get(request.method)
+        route = self.host.routes.get(request.method)
         if route is None:
             self._error(request, MethodNotFound(request.method))
             return
@@ -153,7 +173,7 @@ class Connection:
         task.survives_disconnect = route.survives_disconnect  # type: ignore[attr-defined]
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
-        if len(self._tasks) >= self.daemon.config.max_inflight_requests and not self._read_paused:
+        if len(self._tasks) >= self.host.max_inflight_requests and not self._read_paused:
             self._read_paused = True
             self.transport.pause_reading()
 
@@ -172,7 +192,7 @@ class Connection:
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        if self._read_paused and len(self._tasks) < self.daemon.config.max_inflight_requests // 2:
+        if self._read_paused and len(self._tasks) < self.host.max_inflight_requests // 2:
             self._read_paused = False
             if not self._write_paused:
                 self.transport.resume_reading()
@@ -189,7 +209,7 @@ class Connection:
 
     def _initialize(self, _ctx: Connection, params: InitializeParams) -> Any:
         self.handshake.check_initialize()
-        registry = self.daemon.sessions
+        registry = self.host.sessions
         if params.resume_session_id is not None:
             session = registry.resume(params.resume_session_id, self)
             log.info("connection %s resumed session %s", self.transport.peer, session.id)
@@ -203,7 +223,7 @@ class Connection:
             )
         self.session = session
         self.handshake.initialize_succeeded()
-        return {"sessionId": session.id, "environmentInfo": self.daemon.environment_wire}
+        return {"sessionId": session.id, "environmentInfo": self.host.environment_wire}
 
     def connection_scope(self) -> dict[str, Any]:
         """Per-connection state that services keep (file handles, HTTP streams).
@@ -275,6 +295,12 @@ class Connection:
         for callback in callbacks:
             callback()
 
+    def close(self, code: int, reason: str) -> None:
+        """End the connection from this side (daemon shutdown): close the transport, clean up."""
+        self.transport.close(code, reason)
+        # Release connection state (file handles) now rather than when the socket ends.
+        self.connection_lost()
+
     def connection_lost(self) -> None:
         """Transport: gone. Detach the session; cancel what cannot be answered anymore."""
         if self._closed:
@@ -284,7 +310,7 @@ class Connection:
             if not getattr(task, "survives_disconnect", False):
                 task.cancel()
         if self.session is not None:
-            self.daemon.sessions.detach(self.session, self)
+            self.host.sessions.detach(self.session, self)
         for value in self._scope.values():
             close = getattr(value, "close", None)
             if callable(close):
@@ -293,7 +319,7 @@ class Connection:
                 except Exception:
                     log.exception("closing connection state failed")
         self._scope.clear()
-        self.daemon.connection_closed(self)
+        self.host.connection_closed(self)
         self._fire_drain()
         log.info("connection %s closed", self.transport.peer)
 

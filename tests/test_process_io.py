@@ -185,7 +185,8 @@ def test_terminate_after_exit_still_reaps_leftover_descendants(client: WsClient)
     """A process that exited but left a descendant holding the pipe can still be terminated."""
     _start(client, "left", ["/bin/sh", "-c", "sleep 1016 & echo up"])
     client.notification("process/exited", where=lambda n: n["params"]["processId"] == "left")
-    assert _sleepers("1016")
+    # The shell may exit before its forked child has exec'd sleep: wait for it to appear.
+    assert _wait_for(lambda: bool(_sleepers("1016")))
     assert client.request("process/terminate", {"processId": "left"}) == {"running": False}
     assert _wait_for(lambda: not _sleepers("1016"))
     assert client.process_events("left")[-1]["method"] == "process/closed"

@@ -19,7 +19,8 @@ from executor.protocol.messages import (
     WriteParams,
     WriteStatus,
 )
-from executor.spawn.spawner import Launch, SpawnRequest
+from executor.sandbox import Command
+from executor.spawn.spawner import Launch
 
 
 class HeldSpawner:
@@ -27,9 +28,9 @@ class HeldSpawner:
 
     def __init__(self) -> None:
         self.launches: list[Launch] = []
-        self.requests: list[SpawnRequest] = []
+        self.requests: list[Command] = []
 
-    def launch(self, request: SpawnRequest, stdio: tuple[int, int, int]) -> Launch:
+    def launch(self, request: Command, stdio: tuple[int, int, int]) -> Launch:
         loop = asyncio.get_running_loop()
         launch = Launch(loop.create_future(), loop.create_future(), loop.create_future())
         self.requests.append(request)

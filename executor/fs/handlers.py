@@ -26,11 +26,11 @@ from executor.protocol import jsonrpc, methods
 from executor.protocol.intent import SandboxIntent
 from executor.protocol.messages import b64
 from executor.protocol.paths import parse_path_uri, to_uri
-from executor.router import Route
+from executor.routing import Route, route
 from executor.sandbox.materialize import HostView, Purpose, materialize
 
 if TYPE_CHECKING:
-    from executor.router import RequestContext
+    from executor.routing import RequestContext
 
 __all__ = ["FsLimits", "fs_routes"]
 
@@ -71,17 +71,15 @@ def _work(host: HostView, intent: SandboxIntent | None, operation: Callable[[Res
         raise fs_error(exc) from exc
 
 
-async def _run(
-    ctx: RequestContext, intent: SandboxIntent | None, operation: Callable[[Resolver], T]
-) -> T:
-    return await asyncio.to_thread(_work, ctx.daemon.host_view, intent, operation)
-
-
 class _Service:
-    """The handlers, sharing one set of limits."""
+    """The handlers, sharing this host's view and one set of limits."""
 
-    def __init__(self, limits: FsLimits) -> None:
+    def __init__(self, host: HostView, limits: FsLimits) -> None:
+        self.host = host
         self.limits = limits
+
+    async def _run(self, intent: SandboxIntent | None, operation: Callable[[Resolver], T]) -> T:
+        return await asyncio.to_thread(_work, self.host, intent, operation)
 
     def _handles(self, ctx: RequestContext) -> HandleTable:
         scope = ctx.connection_scope()
@@ -99,14 +97,13 @@ class _Service:
         operation = partial(
             files.read_file_base64, path=path, follow=params.follow_symlinks, limit=limit
         )
-        encoded = await _run(ctx, intent, operation)
+        encoded = await self._run(intent, operation)
         return jsonrpc.Spliced((b'{"dataBase64":"', encoded, b'"}'))
 
     async def write_file(self, ctx: RequestContext, params: fm.WriteFileParams) -> Any:
         intent, path = params.sandbox, parse_path_uri(params.path)
         data = params.data()
-        await _run(
-            ctx,
+        await self._run(
             intent,
             partial(files.write_file, path=path, data=data, follow=params.follow_symlinks),
         )
@@ -120,23 +117,23 @@ class _Service:
             recursive=params.recursive,
             follow=params.follow_symlinks,
         )
-        await _run(ctx, intent, operation)
+        await self._run(intent, operation)
         return {}
 
     async def get_metadata(self, ctx: RequestContext, params: fm.GetMetadataParams) -> Any:
         intent, path = params.sandbox, parse_path_uri(params.path)
         operation = partial(metadata.get_metadata, path=path, follow=params.follow_symlinks)
-        return (await _run(ctx, intent, operation)).to_wire()
+        return (await self._run(intent, operation)).to_wire()
 
     async def read_directory(self, ctx: RequestContext, params: fm.ReadDirectoryParams) -> Any:
         intent, path = params.sandbox, parse_path_uri(params.path)
-        entries = await _run(ctx, intent, partial(directories.read_directory, path=path))
+        entries = await self._run(intent, partial(directories.read_directory, path=path))
         return {"entries": [entry.to_wire() for entry in entries]}
 
     async def walk(self, ctx: RequestContext, params: fm.WalkParams) -> Any:
         intent, path = params.sandbox, parse_path_uri(params.path)
         walk.check_options(params.options)
-        result = await _run(ctx, intent, partial(walk.walk, path=path, options=params.options))
+        result = await self._run(intent, partial(walk.walk, path=path, options=params.options))
         return result.to_wire()
 
     async def remove(self, ctx: RequestContext, params: fm.RemoveParams) -> Any:
@@ -148,7 +145,7 @@ class _Service:
             force=params.force,
             follow=params.follow_symlinks,
         )
-        await _run(ctx, intent, operation)
+        await self._run(intent, operation)
         return {}
 
     async def copy(self, ctx: RequestContext, params: fm.CopyParams) -> Any:
@@ -158,12 +155,12 @@ class _Service:
         operation = partial(
             copying.copy, source=source, destination=destination, recursive=params.recursive
         )
-        await _run(ctx, intent, operation)
+        await self._run(intent, operation)
         return {}
 
     async def canonicalize(self, ctx: RequestContext, params: fm.CanonicalizeParams) -> Any:
         intent, path = params.sandbox, parse_path_uri(params.path)
-        real = await _run(ctx, intent, partial(metadata.canonicalize, path=path))
+        real = await self._run(intent, partial(metadata.canonicalize, path=path))
         return {"path": to_uri(real)}
 
     # --- handles -----------------------------------------------------------------------------
@@ -174,7 +171,7 @@ class _Service:
         handle = table.reserve(params.handle_id, params.mode)
         async with handle.turn():
             try:
-                await _run(ctx, intent, partial(_open_handle, path=path, handle=handle))
+                await self._run(intent, partial(_open_handle, path=path, handle=handle))
             except BaseException:
                 table.discard(handle)
                 raise
@@ -230,9 +227,9 @@ def _open_handle(resolver: Resolver, *, path: str, handle: Handle) -> None:
     handle.attach(fd)
 
 
-def fs_routes(limits: FsLimits | None = None) -> list[Route]:
-    """The routes of every filesystem method (``fs/watchMissing`` is deliberately absent)."""
-    service = _Service(limits or FsLimits())
+def fs_routes(host: HostView, limits: FsLimits | None = None) -> list[Route]:
+    """The routes of every filesystem method on ``host`` (``fs/watchMissing`` is absent)."""
+    service = _Service(host, limits or FsLimits())
     table: list[tuple[str, type, Callable[..., Any]]] = [
         (methods.FS_READ_FILE, fm.ReadFileParams, service.read_file),
         (methods.FS_WRITE_FILE, fm.WriteFileParams, service.write_file),
@@ -248,4 +245,4 @@ def fs_routes(limits: FsLimits | None = None) -> list[Route]:
         (methods.FS_WRITE_BLOCK, fm.WriteBlockParams, service.write_block),
         (methods.FS_CLOSE, fm.CloseParams, service.close),
     ]
-    return [Route(method, params, handler, True) for method, params, handler in table]
+    return [route(method, params, handler) for method, params, handler in table]

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from executor.errors import InternalError, InvalidParams
 from executor.http.client import BodyFailure, BodyTooLarge, Exchange, HttpFailure, ResponseHead
 from executor.http.params import HttpRequestParams, prepare
+from executor.http.policy import HttpPolicy
 from executor.http.pools import pool_for
 from executor.protocol import b64codec, jsonrpc, methods
 from executor.protocol.messages import b64
-from executor.router import Reply, Route
+from executor.routing import Reply, Route, route
 
 if TYPE_CHECKING:
-    from executor.router import RequestContext
+    from executor.routing import RequestContext
     from executor.session import Attachment
 
 __all__ = ["DELTA_BYTES", "StreamTable", "http_routes"]
@@ -156,9 +157,8 @@ async def _fetch(exchange: Exchange, limit: int) -> tuple[ResponseHead, bytes]:
         ) from exc
 
 
-async def http_request(ctx: RequestContext, params: HttpRequestParams) -> Any:
-    """``http/request``: validate, send, then answer buffered or start a stream."""
-    policy = ctx.daemon.config.http
+async def http_request(ctx: RequestContext, params: HttpRequestParams, policy: HttpPolicy) -> Any:
+    """``http/request`` under ``policy``: validate, send, then answer buffered or start a stream."""
     if not policy.enabled:
         raise InvalidParams("http/request is disabled on this executor")
     assert ctx.session is not None  # the handshake gate guarantees an attached session
@@ -194,6 +194,10 @@ async def http_request(ctx: RequestContext, params: HttpRequestParams) -> Any:
     )
 
 
-def http_routes() -> list[Route]:
-    """The ``http/request`` route (its policy is read from the daemon's config per request)."""
-    return [Route(methods.HTTP_REQUEST, HttpRequestParams, http_request, True)]
+def http_routes(policy: HttpPolicy) -> list[Route]:
+    """The ``http/request`` route, under the operator's ``policy``."""
+
+    async def handle(ctx: RequestContext, params: HttpRequestParams) -> Any:
+        return await http_request(ctx, params, policy)
+
+    return [route(methods.HTTP_REQUEST, HttpRequestParams, handle)]

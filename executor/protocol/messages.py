@@ -10,9 +10,9 @@ from __future__ import annotations
 import enum
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from executor.protocol import b64codec
+from executor.protocol import b64codec, methods
 from executor.protocol.decode import U64, Base64Bytes, DecodeError, Usize
 from executor.protocol.intent import ManagedNetwork, WireSandbox
 from executor.protocol.jsonrpc import base64_value
@@ -24,7 +24,11 @@ __all__ = [
     "Inherit",
     "InitializeParams",
     "OutputChunk",
+    "ProcessClosed",
+    "ProcessEvent",
+    "ProcessExited",
     "ProcessMetadata",
+    "ProcessOutput",
     "ReadParams",
     "ReadResult",
     "SandboxType",
@@ -257,6 +261,10 @@ class OutputChunk:
     stream: Stream
     data: bytes
 
+    def to_wire(self) -> dict[str, Any]:
+        """Wire form, as in ``process/read`` chunks and ``process/output`` (bytes as base64)."""
+        return {"seq": self.seq, "stream": self.stream.value, "chunk": base64_value(self.data)}
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadResult:
@@ -273,10 +281,7 @@ class ReadResult:
     def to_wire(self) -> dict[str, Any]:
         """Wire form (chunk bytes as base64)."""
         return {
-            "chunks": [
-                {"seq": c.seq, "stream": c.stream.value, "chunk": base64_value(c.data)}
-                for c in self.chunks
-            ],
+            "chunks": [chunk.to_wire() for chunk in self.chunks],
             "nextSeq": self.next_seq,
             "exited": self.exited,
             "exitCode": self.exit_code,
@@ -284,6 +289,56 @@ class ReadResult:
             "failure": self.failure,
             "sandboxDenied": self.sandbox_denied,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessOutput:
+    """``process/output``: one chunk, pushed as it is read."""
+
+    method: ClassVar[str] = methods.PROCESS_OUTPUT
+    process_id: str
+    chunk: OutputChunk
+
+    def to_wire(self) -> dict[str, Any]:
+        """Wire form."""
+        return {"processId": self.process_id, **self.chunk.to_wire()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessExited:
+    """``process/exited``: the command's exit code and the denial verdict."""
+
+    method: ClassVar[str] = methods.PROCESS_EXITED
+    process_id: str
+    seq: int
+    exit_code: int
+    sandbox_denied: bool
+
+    def to_wire(self) -> dict[str, Any]:
+        """Wire form."""
+        return {
+            "processId": self.process_id,
+            "seq": self.seq,
+            "exitCode": self.exit_code,
+            "sandboxDenied": self.sandbox_denied,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessClosed:
+    """``process/closed``: exited, and every stream ended."""
+
+    method: ClassVar[str] = methods.PROCESS_CLOSED
+    process_id: str
+    seq: int
+
+    def to_wire(self) -> dict[str, Any]:
+        """Wire form."""
+        return {"processId": self.process_id, "seq": self.seq}
+
+
+#: The notifications of one process, in its ``seq`` order.
+ProcessEvent = ProcessOutput | ProcessExited | ProcessClosed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

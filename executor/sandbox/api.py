@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from executor.protocol.messages import SandboxType
+from executor.sandbox.command import ChildSetup, Command
 from executor.sandbox.rules import Feature, RuleSet
-from executor.spawn.spawner import ChildSetup, SpawnRequest
 
 __all__ = [
     "BackendStatus",
@@ -22,9 +22,6 @@ __all__ = [
     "LaunchPlan",
     "SandboxBackend",
 ]
-
-#: The command as the core resolved it: executable, argv (arg0 applied), env, cwd, tty.
-Command = SpawnRequest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,37 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from executor.errors import InternalError, os_error_message
+from executor.sandbox.command import Command
 
-__all__ = ["ChildSetup", "Launch", "LaunchFailed", "SpawnRequest", "Spawner"]
+__all__ = ["Launch", "LaunchFailed", "Spawner"]
 
 _ZYGOTE = Path(__file__).with_name("zygote.py")
 _NATIVE = Path(__file__).with_name("executor-launcher")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ChildSetup:
-    """Backend code run in the forked child between fork and ``execve``.
-
-    ``module_path`` is an absolute path to a stdlib-only module; the launcher server loads it
-    once and calls ``function(payload, ctx)`` with a ``ChildContext``. ``payload`` holds only
-    builtins (it is pickled to the launcher).
-    """
-
-    module_path: str
-    function: str
-    payload: Any
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SpawnRequest:
-    """A fully resolved command for the launcher."""
-
-    executable: str
-    argv: tuple[str, ...]
-    env: dict[str, str]
-    cwd: str
-    tty: bool
-    setup: ChildSetup | None = None
 
 
 class LaunchFailed(InternalError):
@@ -212,7 +187,7 @@ class _Server:
             self._process = None
 
 
-def _native_payload(request: SpawnRequest) -> bytes:
+def _native_payload(request: Command) -> bytes:
     """A request in ``launcher.c``'s format: NUL-terminated fields."""
     fields = [
         b"1" if request.tty else b"0",
@@ -245,7 +220,7 @@ class Spawner:
         """Which supervisor runs plain commands: ``"native"`` or ``"python"``."""
         return "native" if self._native is not None else "python"
 
-    def launch(self, request: SpawnRequest, stdio: tuple[int, int, int]) -> Launch:
+    def launch(self, request: Command, stdio: tuple[int, int, int]) -> Launch:
         """Start ``request`` with ``stdio``; the caller keeps (and closes) its own descriptors."""
         loop = asyncio.get_running_loop()
         read_end, write_end = os.pipe()  # close-on-exec by default (PEP 446)
@@ -279,7 +254,7 @@ class Spawner:
         loop.add_reader(read_end, readable)
         return launch
 
-    def _send_python(self, request: SpawnRequest, fds: list[int]) -> None:
+    def _send_python(self, request: Command, fds: list[int]) -> None:
         message: dict[str, Any] = {
             "kind": "launch",
             "executable": request.executable,

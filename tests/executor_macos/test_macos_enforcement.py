@@ -19,10 +19,9 @@ import pytest
 from executor_macos.plugin import MacosBackend
 
 from executor.protocol.intent import parse_sandbox
-from executor.sandbox import HostInfo
+from executor.sandbox import Command, HostInfo
 from executor.sandbox.host import LocalHost, state_directory
 from executor.sandbox.materialize import Purpose, materialize
-from executor.spawn.spawner import SpawnRequest
 
 pytestmark = [
     pytest.mark.macos,
@@ -88,9 +87,7 @@ def start(
         child_env=env,
     )
     assert rules is not None
-    command = SpawnRequest(
-        executable=argv[0], argv=tuple(argv), env=dict(env), cwd=str(cwd), tty=False
-    )
+    command = Command(executable=argv[0], argv=tuple(argv), env=dict(env), cwd=str(cwd), tty=False)
     plan = backend.prepare(rules, command)
     return subprocess.Popen(
         plan.argv, cwd=cwd, env={**env, **plan.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE

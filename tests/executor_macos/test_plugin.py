@@ -17,11 +17,10 @@ import pytest
 from executor_macos.plugin import FEATURES, SANDBOX_EXEC, MacosBackend
 from executor_macos.profile import render_profile
 
+from executor.process.confinement import plan_command
 from executor.protocol.messages import SandboxType
-from executor.sandbox import Feature, HostInfo, SandboxBackend, hookimpl
-from executor.sandbox.confine import plan_command
+from executor.sandbox import Command, Feature, HostInfo, SandboxBackend, hookimpl
 from executor.sandbox.manager import SandboxManager, get_plugin_manager
-from executor.spawn.spawner import SpawnRequest
 from tests.executor_macos.fakehost import rules_for
 from tests.executor_macos.sexpr import split_define
 from tests.executor_macos.test_golden import (
@@ -38,11 +37,9 @@ LINUX = HostInfo(platform="linux", release="6.8", machine="x86_64", uid=1000)
 DARWIN = HostInfo(platform="darwin", release="24.0.0", machine="arm64", uid=501)
 
 
-def command(
-    argv: Sequence[str] = ("/bin/echo", "hi"), executable: str = "/bin/echo"
-) -> SpawnRequest:
+def command(argv: Sequence[str] = ("/bin/echo", "hi"), executable: str = "/bin/echo") -> Command:
     """A resolved command."""
-    return SpawnRequest(
+    return Command(
         executable=executable,
         argv=tuple(argv),
         env={"PATH": "/usr/bin:/bin"},

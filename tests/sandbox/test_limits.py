@@ -11,8 +11,8 @@ import pytest
 
 from executor.cli import build_parser
 from executor.errors import ProfileError
-from executor.sandbox import ResourceLimits
-from executor.sandbox.confine import SandboxConfinement
+from executor.process.confinement import SandboxConfinement
+from executor.sandbox import Command, ResourceLimits
 from executor.sandbox.limits import (
     default_limits,
     parse_assignment,
@@ -22,7 +22,6 @@ from executor.sandbox.limits import (
 from executor.sandbox.manager import SandboxManager, get_plugin_manager
 from executor.sandbox.profiles import ProfileLibrary, default_library, load_file
 from executor.sandbox.rules import RuleSet
-from executor.spawn.spawner import SpawnRequest
 from tests.sandbox.fakehost import FakeHost
 from tests.support.daemon import executor_command
 
@@ -206,7 +205,7 @@ def test_wire_requests_get_the_daemons_limits() -> None:
     intent = parse_sandbox(
         default_library().get("workspace").wire_context(workspace_roots=("/ws",), cwd="/ws")
     )
-    command = SpawnRequest(executable="/bin/true", argv=("true",), env={}, cwd="/ws", tty=False)
+    command = Command(executable="/bin/true", argv=("true",), env={}, cwd="/ws", tty=False)
     rules = confinement.rules_for(intent, command)
     assert rules is not None and rules.limits == ours
 

@@ -1,32 +1,72 @@
-"""From a ``process/start`` request to a confined launch, or a refusal before anything runs.
+"""The sandbox decision for a command: unsandboxed, confined by a backend, or refused.
 
-This is the one path every sandboxed process takes: parse the intent, refuse what we cannot
-honour (managed networking, MXC), materialize the rules for this host, let the plugin manager
-select a backend that enforces everything the rules need, and get its launch plan. Requests
-without ``sandbox`` run unsandboxed; ``permissions.type = disabled`` too, and reports
-``sandboxType: none`` truthfully.
+Every ``process/start`` (and ``executor run``) takes this one path: refuse what we cannot
+honour (managed networking), materialize the typed intent for this host, let the plugin
+manager select a backend that enforces everything the rules need, and get its launch plan —
+all before anything runs. Requests without ``sandbox`` run unsandboxed; ``permissions.type =
+disabled`` too, and reports ``sandboxType: none`` truthfully.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from executor.errors import InvalidParams, SandboxUnavailable
-from executor.process import ConfinedCommand
 from executor.protocol.intent import SandboxIntent
 from executor.protocol.messages import SandboxType, StartParams
-from executor.sandbox.api import Command, LaunchPlan
+from executor.sandbox.api import LaunchPlan
+from executor.sandbox.command import Command
 from executor.sandbox.limits import ResourceLimits, default_limits
 from executor.sandbox.manager import SandboxManager
 from executor.sandbox.materialize import HostView, Purpose, materialize
 from executor.sandbox.rules import RuleSet
-from executor.spawn.spawner import SpawnRequest
 
-__all__ = ["SandboxConfinement", "plan_command"]
+__all__ = [
+    "ConfinedCommand",
+    "Confinement",
+    "RefuseSandbox",
+    "SandboxConfinement",
+    "plan_command",
+]
 
 log = logging.getLogger("executor.sandbox")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfinedCommand:
+    """A command as it will be launched, after the sandbox decision."""
+
+    request: Command
+    sandbox_type: SandboxType
+    sandboxed: bool
+    linux: bool = True
+    release: Callable[[], None] | None = None
+    summary: str | None = None
+
+
+class Confinement(Protocol):
+    """Turns a start request into a launch: unsandboxed, sandboxed, or refused (raises)."""
+
+    def confine(self, params: StartParams, command: Command) -> ConfinedCommand:
+        """Decide how ``command`` runs; raise ``SandboxUnavailable`` to refuse it."""
+
+
+class RefuseSandbox:
+    """The confinement used when no sandbox support is configured: refuse every sandbox."""
+
+    def confine(self, params: StartParams, command: Command) -> ConfinedCommand:
+        """Run unsandboxed requests as they are; refuse any request carrying a sandbox."""
+        if params.sandbox is not None:
+            raise SandboxUnavailable("no sandbox backend is configured")
+        if params.enforce_managed_network:
+            raise InvalidParams(
+                "enforceManagedNetwork requires a sandbox, and managed networking is not supported"
+            )
+        return ConfinedCommand(request=command, sandbox_type=SandboxType.NONE, sandboxed=False)
 
 
 def _refuse_managed_network(params: StartParams, *, sandboxed: bool) -> None:
@@ -44,7 +84,7 @@ def _refuse_managed_network(params: StartParams, *, sandboxed: bool) -> None:
 
 def plan_command(
     manager: SandboxManager, rules: RuleSet, command: Command
-) -> tuple[LaunchPlan, SpawnRequest]:
+) -> tuple[LaunchPlan, Command]:
     """Select a backend for ``rules`` and plan ``command``; returns the plan and the spawn."""
     backend = manager.select(rules)
     plan = manager.prepare(backend, rules, command)
@@ -79,13 +119,13 @@ class SandboxConfinement:
             return rules
         return replace(rules, limits=self.limits)
 
-    def confine(self, params: StartParams, command: SpawnRequest) -> ConfinedCommand:
+    def confine(self, params: StartParams, command: Command) -> ConfinedCommand:
         """Decide how a ``process/start`` runs; raises ``SandboxUnavailable`` to refuse it."""
         _refuse_managed_network(params, sandboxed=params.sandbox is not None)
         return self.enforce(params.sandbox, command, label=f"process {params.process_id}")
 
     def enforce(
-        self, intent: SandboxIntent | None, command: SpawnRequest, *, label: str
+        self, intent: SandboxIntent | None, command: Command, *, label: str
     ) -> ConfinedCommand:
         """Confine ``command`` to ``intent`` (None: unsandboxed), or raise to refuse it."""
         rules = None if intent is None else self.rules_for(intent, command)
