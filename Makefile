@@ -42,6 +42,8 @@ $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml $(shell find tests/th
 lint: setup-test
 	$(BIN)/ruff check executor plugins tests bench scripts setup.py conftest.py
 	$(BIN)/ruff format --check executor plugins tests bench scripts setup.py conftest.py
+	# The architecture's import rules (pyproject.toml [tool.importlinter], docs/architecture.md).
+	$(BIN)/lint-imports
 
 typecheck: setup-test
 	$(BIN)/mypy
@@ -53,4 +55,4 @@ bench: setup
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache

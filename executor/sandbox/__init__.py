@@ -31,8 +31,18 @@ from executor.sandbox.api import (
     SandboxBackend,
 )
 from executor.sandbox.hookspecs import ENTRY_POINT_GROUP, hookimpl, hookspec
+from executor.sandbox.host import minimal_paths
 from executor.sandbox.limits import ResourceLimits
-from executor.sandbox.rules import Feature, PathKind, PathRule, RuleOrigin, RuleSet
+from executor.sandbox.rules import (
+    Feature,
+    GlobClass,
+    PathKind,
+    PathRule,
+    RuleOrigin,
+    RuleSet,
+    glob_class,
+    is_within,
+)
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -42,6 +52,7 @@ __all__ = [
     "Command",
     "EnforcementReport",
     "Feature",
+    "GlobClass",
     "HostInfo",
     "LaunchPlan",
     "NetworkMode",
@@ -54,6 +65,9 @@ __all__ = [
     "SandboxIntent",
     "SandboxType",
     "SandboxUnavailable",
+    "glob_class",
     "hookimpl",
     "hookspec",
+    "is_within",
+    "minimal_paths",
 ]

@@ -23,8 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from executor.errors import SandboxUnavailable
-from executor.sandbox import Access, NetworkMode
-from executor.sandbox.rules import PathKind, PathRule, RuleOrigin, RuleSet
+from executor.sandbox import Access, NetworkMode, PathKind, PathRule, RuleOrigin, RuleSet
 from executor_linux import landlock
 from executor_linux.launch_spec import LandlockRules, Mounts
 

@@ -38,8 +38,8 @@ from executor.sandbox import (
     SandboxBackend,
     SandboxType,
     hookimpl,
+    minimal_paths,
 )
-from executor.sandbox.host import minimal_paths
 from executor_macos.profile import SeatbeltProfile, render_profile
 
 __all__ = ["FEATURES", "SANDBOX_EXEC", "MacosBackend", "executor_sandbox_backends"]

@@ -38,8 +38,7 @@ from importlib import resources
 from typing import Final
 
 from executor.errors import SandboxUnavailable
-from executor.sandbox import Access, NetworkMode
-from executor.sandbox.rules import PathRule, RuleOrigin, RuleSet, is_within
+from executor.sandbox import Access, NetworkMode, PathRule, RuleOrigin, RuleSet, is_within
 from executor_macos.sbpl import glob_to_ere, param, spellings
 
 __all__ = ["SeatbeltProfile", "render_profile"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from executor.sandbox.rules import GlobClass, glob_class, is_within
+from executor.sandbox import GlobClass, glob_class, is_within
 
 __all__ = [
     "ALIASES",
