@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from executor import cli
+from executor.cli.serve_options import daemon_config, websocket_options
 from executor.daemon import DaemonConfig
 from executor.output import DetachedOutput
 from executor.process import ProcessLimits
@@ -48,8 +49,8 @@ def test_defaults_are_the_configurations_defaults() -> None:
     """Without options, serve builds exactly the configurations' own defaults: a default
     changed in a dataclass changes serve's, and one changed in the CLI alone fails here."""
     args = parse()
-    assert cli.daemon_config(args) == DaemonConfig()
-    assert cli.websocket_options(args, None) == WebSocketOptions()
+    assert daemon_config(args) == DaemonConfig()
+    assert websocket_options(args, None) == WebSocketOptions()
     assert args.listen == DEFAULT_LISTEN
 
 
@@ -111,7 +112,7 @@ def test_each_option_sets_its_field(
 ) -> None:
     """Each option lands in the field whose default it shows (and is not that default)."""
     args = parse(*argv)
-    daemon, options = cli.daemon_config(args), cli.websocket_options(args, None)
+    daemon, options = daemon_config(args), websocket_options(args, None)
     assert field(daemon, options) == expected
     assert field(DaemonConfig(), WebSocketOptions()) != expected
 

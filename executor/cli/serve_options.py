@@ -1,19 +1,14 @@
-"""The ``executor`` command line: ``serve``, ``run``, ``profile``, ``backends``, ``doctor``."""
+"""``executor serve``'s options, their defaults taken from the config dataclasses, and the
+configs built from them (``daemon_config``, ``websocket_options``)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import os
-import sys
-from collections.abc import Sequence
 
-from executor import __version__
 from executor.daemon import DaemonConfig
-from executor.errors import ConfigError, ExecutorError
 from executor.http.policy import HttpPolicy, IPNetwork, parse_network
-from executor.logs import configure_logging
 from executor.output import DetachedOutput
 from executor.process import ProcessLimits
 from executor.sandbox.limits import (
@@ -23,11 +18,11 @@ from executor.sandbox.limits import (
     parse_assignment,
 )
 from executor.sandbox.manager import BLOCK_ENV
-from executor.serve import DEFAULT_LISTEN, parse_listen, serve
-from executor.transports.auth import DEFAULT_MAX_CLOCK_SKEW, Authenticator, AuthFlags, from_flags
+from executor.serve import DEFAULT_LISTEN
+from executor.transports.auth import DEFAULT_MAX_CLOCK_SKEW, Authenticator
 from executor.transports.websocket import WebSocketOptions
 
-__all__ = ["build_parser", "daemon_config", "main", "websocket_options"]
+__all__ = ["add_serve", "daemon_config", "websocket_options"]
 
 
 def _positive(text: str) -> float:
@@ -67,7 +62,7 @@ class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser(
         "serve",
         help="run the daemon",
@@ -383,137 +378,3 @@ def websocket_options(args: argparse.Namespace, auth: Authenticator | None) -> W
         close_timeout=args.close_timeout,
         auth=auth,
     )
-
-
-def _add_workspace(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--workspace",
-        action="append",
-        metavar="DIR",
-        help="a workspace root (what :workspace_roots binds to); repeatable",
-    )
-    parser.add_argument(
-        "--cwd",
-        metavar="DIR",
-        help="policy and command directory (default: the first workspace, else the current"
-        " directory)",
-    )
-
-
-def _add_policy_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    profile = commands.add_parser(
-        "profile",
-        help="list, check and explain sandbox profiles",
-        description="Sandbox profiles for policy authors (sandbox_profiles/*.toml).",
-    )
-    actions = profile.add_subparsers(dest="action", metavar="ACTION", required=True)
-    actions.add_parser("list", help="every profile with its description")
-    check = actions.add_parser("check", help="validate a profile file")
-    check.add_argument("file", help="path to a profile .toml file")
-    explain = actions.add_parser("explain", help="the materialized rules of a profile on this host")
-    explain.add_argument("name", help="profile name (see `executor profile list`)")
-    _add_workspace(explain)
-    explain.add_argument(
-        "--network", choices=["on", "off"], help="override the profile's network setting"
-    )
-
-    run = commands.add_parser(
-        "run",
-        help="run a command locally under a profile, exactly as the daemon would",
-        description="Run ARGV under a sandbox profile. The exit code is the command's; when the "
-        "sandbox denied something, one line on stderr says so.",
-    )
-    run.add_argument("--profile", required=True, help="profile name (see `executor profile list`)")
-    _add_workspace(run)
-    run.add_argument(
-        "--network", choices=["on", "off"], help="override the profile's network setting"
-    )
-    run.add_argument(
-        "--verbose", "-v", action="store_true", help="print what is enforced before running"
-    )
-    run.add_argument(
-        "--tty",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="give the command a terminal of its own (default: when stdin and stdout are one)",
-    )
-    run.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
-
-    commands.add_parser("backends", help="discovered sandbox backends and what each enforces here")
-    doctor = commands.add_parser(
-        "doctor",
-        help="host facts; can each shipped profile be enforced here?",
-        description="Exits non-zero when a shipped profile cannot be fully enforced.",
-    )
-    doctor.add_argument(
-        "--workspace", action="append", metavar="DIR", help="workspace to evaluate profiles against"
-    )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command line."""
-    parser = argparse.ArgumentParser(
-        prog="executor",
-        description="Sandbox-enforcing remote executor daemon (Codex exec-server protocol).",
-    )
-    parser.add_argument("--version", action="version", version=f"executor {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _add_serve(commands)
-    _add_policy_commands(commands)
-    return parser
-
-
-def _serve(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, args.log_format)
-    address = parse_listen(args.listen)
-    flags = AuthFlags(
-        mode=args.ws_auth,
-        token_file=args.ws_token_file,
-        token_sha256=args.ws_token_sha256,
-        shared_secret_file=args.ws_shared_secret_file,
-        issuer=args.ws_issuer,
-        audience=args.ws_audience,
-        max_clock_skew=args.ws_max_clock_skew_seconds,
-    )
-    auth = from_flags(flags, stdio=address.kind == "stdio")
-    options = websocket_options(args, auth)
-    return asyncio.run(serve(address, daemon_config(args), options))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``executor`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    from executor import commands
-
-    handlers = {
-        "serve": _serve,
-        "run": commands.run,
-        "backends": commands.backends,
-        "doctor": commands.doctor,
-    }
-    if args.command == "profile":
-        handlers["profile"] = {
-            "list": commands.profile_list,
-            "check": commands.profile_check,
-            "explain": commands.profile_explain,
-        }[args.action]
-    try:
-        if args.command in handlers:
-            return handlers[args.command](args)
-    except ConfigError as exc:
-        print(f"executor: {exc.message}", file=sys.stderr)
-        return 2
-    except ExecutorError as exc:
-        print(f"executor: {exc.message}", file=sys.stderr)
-        return 125 if args.command == "run" else 1
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        # `executor doctor | head`: the reader left; say nothing more, as other tools do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    parser.error(f"unknown command {args.command}")

@@ -1,0 +1,88 @@
+"""The ``executor`` command line: ``serve``, ``run``, ``profile``, ``backends``, ``doctor``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+from executor import __version__
+from executor.cli.policy_options import add_policy_commands
+from executor.cli.serve_options import add_serve, daemon_config, websocket_options
+from executor.errors import ConfigError, ExecutorError
+from executor.logs import configure_logging
+from executor.serve import parse_listen, serve
+from executor.transports.auth import AuthFlags, from_flags
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    parser = argparse.ArgumentParser(
+        prog="executor",
+        description="Sandbox-enforcing remote executor daemon (Codex exec-server protocol).",
+    )
+    parser.add_argument("--version", action="version", version=f"executor {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_serve(commands)
+    add_policy_commands(commands)
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level, args.log_format)
+    address = parse_listen(args.listen)
+    flags = AuthFlags(
+        mode=args.ws_auth,
+        token_file=args.ws_token_file,
+        token_sha256=args.ws_token_sha256,
+        shared_secret_file=args.ws_shared_secret_file,
+        issuer=args.ws_issuer,
+        audience=args.ws_audience,
+        max_clock_skew=args.ws_max_clock_skew_seconds,
+    )
+    auth = from_flags(flags, stdio=address.kind == "stdio")
+    options = websocket_options(args, auth)
+    return asyncio.run(serve(address, daemon_config(args), options))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``executor`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    from executor import commands
+
+    handlers = {
+        "serve": _serve,
+        "run": commands.run,
+        "backends": commands.backends,
+        "doctor": commands.doctor,
+    }
+    if args.command == "profile":
+        handlers["profile"] = {
+            "list": commands.profile_list,
+            "check": commands.profile_check,
+            "explain": commands.profile_explain,
+        }[args.action]
+    try:
+        if args.command in handlers:
+            return handlers[args.command](args)
+    except ConfigError as exc:
+        print(f"executor: {exc.message}", file=sys.stderr)
+        return 2
+    except ExecutorError as exc:
+        print(f"executor: {exc.message}", file=sys.stderr)
+        return 125 if args.command == "run" else 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `executor doctor | head`: the reader left; say nothing more, as other tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    parser.error(f"unknown command {args.command}")
