@@ -21,6 +21,7 @@ from typing import TypeVar
 import psutil
 import pytest
 
+from executor import proctree
 from executor.spawn.spawner import (
     ChildSetup,
     Launch,
@@ -275,6 +276,87 @@ def test_descendants_that_escape_with_setsid_stay_under_the_supervisor(spawner: 
     assert alive_after_exit
     assert adopted != 1
     assert gone(escapee)
+
+
+#: A command whose children outlive it when only it is killed: both sleepers ignore SIGHUP
+#: and SIGTERM, and one has left the command's session and group.
+STUBBORN_TREE = 'trap "" HUP TERM; sleep 300 & setsid sleep 300 & echo ready; wait'
+
+
+async def _stubborn_tree(spawner: Spawner) -> tuple[Launch, Captured, int, list[int]]:
+    """Launch ``STUBBORN_TREE``; its launch, pipes, supervisor and both sleepers' pids."""
+    started, captured = launch(spawner, sh(STUBBORN_TREE))
+    _, supervisor = await started.started
+    assert os.read(captured.out_r, 64) == b"ready\n"
+    for _ in range(500):  # until both sleepers have exec'd
+        sleepers = _sleepers_below(supervisor)
+        if len(sleepers) == 2:
+            return started, captured, supervisor, sleepers
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the sleepers did not start: {_sleepers_below(supervisor)}")
+
+
+def _sleepers_below(supervisor: int) -> list[int]:
+    found = []
+    for process in psutil.Process(supervisor).children(recursive=True):
+        try:
+            if process.name() == "sleep":
+                found.append(process.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def test_sigterm_to_the_launcher_server_kills_every_tree(spawner: Spawner) -> None:
+    # What the daemon's Spawner.close() sends; each supervisor then gets SIGTERM as its
+    # parent-death signal and kills everything below it.
+    async def scenario() -> list[int]:
+        started, captured, _, sleepers = await _stubborn_tree(spawner)
+        os.kill(_launcher_of(spawner), signal.SIGTERM)
+        await started.gone
+        captured.read()
+        return sleepers
+
+    assert all(gone(pid) for pid in run(scenario))
+
+
+def test_the_daemons_kill_path_kills_the_whole_tree(spawner: Spawner) -> None:
+    async def scenario() -> tuple[int, list[int]]:
+        started, captured, supervisor, sleepers = await _stubborn_tree(spawner)
+        pid, _ = await started.started
+        proctree.signal_tree(pid, supervisor)
+        status = await started.exited
+        await started.gone
+        captured.read()
+        return status, sleepers
+
+    status, sleepers = run(scenario)
+    assert os.waitstatus_to_exitcode(status) == -signal.SIGKILL
+    assert all(gone(pid) for pid in sleepers)
+
+
+def test_a_tree_that_forks_while_its_supervisor_kills_it_dies(spawner: Spawner) -> None:
+    # The shell forks all the time, so children forked after the supervisor's first walk of
+    # /proc are likely: only walking again until nothing new appears catches them. Bounded:
+    # a few hundred sleepers at most, and whatever survives is killed at the end.
+    script = "i=0; while [ $i -lt 400 ]; do sleep 300 & i=$((i+1)); done; wait"
+
+    async def scenario() -> None:
+        started, captured = launch(spawner, sh(script))
+        _, supervisor = await started.started
+        try:
+            for _ in range(500):  # until the shell is well into its loop
+                if len(_sleepers_below(supervisor)) >= 20:
+                    break
+                await asyncio.sleep(0.01)
+            os.kill(supervisor, signal.SIGTERM)
+            await asyncio.wait_for(started.gone, 10)
+        finally:
+            for pid in _sleepers_below(supervisor) if not started.gone.done() else []:
+                os.kill(pid, signal.SIGKILL)
+        captured.read()
+
+    run(scenario)
 
 
 def test_when_the_launcher_dies_every_tree_is_killed_and_the_next_launch_restarts_it(
