@@ -4,15 +4,18 @@ Every request parses its ``sandbox`` (``-32602`` on bad input) and its path URIs
 runs in a worker thread: materialize the sandbox for this host (``Purpose.FILESYSTEM``), build
 a ``Resolver`` over its view, do the operation. ``OSError`` is translated here, once, by
 ``fs_error``. Handle bookkeeping stays on the event loop; only the I/O moves to threads.
+
+Methods on one path are rows of ``_PATH_METHODS``: a new one is a row. ``fs/copy`` (two paths)
+and the handle methods (per-connection ``HandleTable``) are written out below it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from executor.errors import InvalidRequest, fs_error
 from executor.fs import copy as copying
@@ -52,6 +55,113 @@ class FsLimits:
     max_block_bytes: int = _MIB
 
 
+# --- methods on one path ----------------------------------------------------------------------
+
+
+class _PathParams(Protocol):
+    """What the generic handler reads of a method's params."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def sandbox(self) -> SandboxIntent | None: ...
+
+
+P = TypeVar("P", bound=_PathParams)
+
+
+def _empty(_result: object) -> dict[str, Any]:
+    """The answer of methods that return nothing."""
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
+class _PathMethod(Generic[P, T]):
+    """One method on one path: what it runs once the path is parsed, and how it answers."""
+
+    method: str
+    params: type[P]
+    #: Builds the work from the params and the parsed path, on the loop: what it checks
+    #: (``fs/writeFile``'s base64, ``fs/walk``'s options) fails after the path's error and
+    #: before the sandbox is materialized, as in the reference.
+    operation: Callable[[P, str, FsLimits], Callable[[Resolver], T]]
+    #: The wire result of what the work returned.
+    render: Callable[[T], Any] = _empty
+
+
+def _walk(params: fm.WalkParams, path: str, _: FsLimits) -> Callable[[Resolver], fm.WalkResult]:
+    walk.check_options(params.options)
+    return partial(walk.walk, path=path, options=params.options)
+
+
+#: The methods on one path, in ``methods`` order.
+_PATH_METHODS: Final = (
+    _PathMethod(
+        methods.FS_READ_FILE,
+        fm.ReadFileParams,
+        lambda p, path, limits: partial(
+            files.read_file_base64,
+            path=path,
+            follow=p.follow_symlinks,
+            limit=limits.max_read_file_bytes or _I64_MAX,
+        ),
+        # The file's base64 is sent as it was read, never copied into a JSON string.
+        lambda encoded: jsonrpc.Spliced((b'{"dataBase64":"', encoded, b'"}')),
+    ),
+    _PathMethod(
+        methods.FS_WRITE_FILE,
+        fm.WriteFileParams,
+        lambda p, path, _: partial(
+            files.write_file, path=path, data=p.data(), follow=p.follow_symlinks
+        ),
+    ),
+    _PathMethod(
+        methods.FS_CREATE_DIRECTORY,
+        fm.CreateDirectoryParams,
+        lambda p, path, _: partial(
+            directories.create_directory,
+            path=path,
+            recursive=p.recursive,
+            follow=p.follow_symlinks,
+        ),
+    ),
+    _PathMethod(
+        methods.FS_GET_METADATA,
+        fm.GetMetadataParams,
+        lambda p, path, _: partial(metadata.get_metadata, path=path, follow=p.follow_symlinks),
+        fm.Metadata.to_wire,
+    ),
+    _PathMethod(
+        methods.FS_READ_DIRECTORY,
+        fm.ReadDirectoryParams,
+        lambda p, path, _: partial(directories.read_directory, path=path),
+        lambda entries: {"entries": [entry.to_wire() for entry in entries]},
+    ),
+    _PathMethod(methods.FS_WALK, fm.WalkParams, _walk, fm.WalkResult.to_wire),
+    _PathMethod(
+        methods.FS_REMOVE,
+        fm.RemoveParams,
+        lambda p, path, _: partial(
+            remove.remove,
+            path=path,
+            recursive=p.recursive,
+            force=p.force,
+            follow=p.follow_symlinks,
+        ),
+    ),
+    _PathMethod(
+        methods.FS_CANONICALIZE,
+        fm.CanonicalizeParams,
+        lambda p, path, _: partial(metadata.canonicalize, path=path),
+        lambda real: {"path": to_uri(real)},
+    ),
+)
+
+
+# --- running the work -------------------------------------------------------------------------
+
+
 def _resolver(host: HostView, intent: SandboxIntent | None) -> Resolver:
     """A resolver for the request: a sandbox view unless the filesystem is unrestricted."""
     if intent is None:
@@ -89,66 +199,20 @@ class _Service:
         assert isinstance(table, HandleTable)
         return table
 
-    # --- whole-object methods ----------------------------------------------------------------
+    def path_handler(
+        self, spec: _PathMethod[Any, Any]
+    ) -> Callable[[RequestContext, _PathParams], Awaitable[Any]]:
+        """The handler of a ``_PATH_METHODS`` row (mypy checks each row where it is written)."""
 
-    async def read_file(self, ctx: RequestContext, params: fm.ReadFileParams) -> Any:
-        intent, path = params.sandbox, parse_path_uri(params.path)
-        limit = self.limits.max_read_file_bytes or _I64_MAX
-        operation = partial(
-            files.read_file_base64, path=path, follow=params.follow_symlinks, limit=limit
-        )
-        encoded = await self._run(intent, operation)
-        return jsonrpc.Spliced((b'{"dataBase64":"', encoded, b'"}'))
+        async def handle(ctx: RequestContext, params: _PathParams) -> Any:
+            intent, path = params.sandbox, parse_path_uri(params.path)
+            result = await self._run(intent, spec.operation(params, path, self.limits))
+            return spec.render(result)
 
-    async def write_file(self, ctx: RequestContext, params: fm.WriteFileParams) -> Any:
-        intent, path = params.sandbox, parse_path_uri(params.path)
-        data = params.data()
-        await self._run(
-            intent,
-            partial(files.write_file, path=path, data=data, follow=params.follow_symlinks),
-        )
-        return {}
-
-    async def create_directory(self, ctx: RequestContext, params: fm.CreateDirectoryParams) -> Any:
-        intent, path = params.sandbox, parse_path_uri(params.path)
-        operation = partial(
-            directories.create_directory,
-            path=path,
-            recursive=params.recursive,
-            follow=params.follow_symlinks,
-        )
-        await self._run(intent, operation)
-        return {}
-
-    async def get_metadata(self, ctx: RequestContext, params: fm.GetMetadataParams) -> Any:
-        intent, path = params.sandbox, parse_path_uri(params.path)
-        operation = partial(metadata.get_metadata, path=path, follow=params.follow_symlinks)
-        return (await self._run(intent, operation)).to_wire()
-
-    async def read_directory(self, ctx: RequestContext, params: fm.ReadDirectoryParams) -> Any:
-        intent, path = params.sandbox, parse_path_uri(params.path)
-        entries = await self._run(intent, partial(directories.read_directory, path=path))
-        return {"entries": [entry.to_wire() for entry in entries]}
-
-    async def walk(self, ctx: RequestContext, params: fm.WalkParams) -> Any:
-        intent, path = params.sandbox, parse_path_uri(params.path)
-        walk.check_options(params.options)
-        result = await self._run(intent, partial(walk.walk, path=path, options=params.options))
-        return result.to_wire()
-
-    async def remove(self, ctx: RequestContext, params: fm.RemoveParams) -> Any:
-        intent, path = params.sandbox, parse_path_uri(params.path)
-        operation = partial(
-            remove.remove,
-            path=path,
-            recursive=params.recursive,
-            force=params.force,
-            follow=params.follow_symlinks,
-        )
-        await self._run(intent, operation)
-        return {}
+        return handle
 
     async def copy(self, ctx: RequestContext, params: fm.CopyParams) -> Any:
+        """``fs/copy``, the one method on two paths (the source's error comes first)."""
         intent = params.sandbox
         source = parse_path_uri(params.source_path)
         destination = parse_path_uri(params.destination_path)
@@ -157,11 +221,6 @@ class _Service:
         )
         await self._run(intent, operation)
         return {}
-
-    async def canonicalize(self, ctx: RequestContext, params: fm.CanonicalizeParams) -> Any:
-        intent, path = params.sandbox, parse_path_uri(params.path)
-        real = await self._run(intent, partial(metadata.canonicalize, path=path))
-        return {"path": to_uri(real)}
 
     # --- handles -----------------------------------------------------------------------------
 
@@ -215,10 +274,8 @@ class _Service:
             raise InvalidRequest(f"file {kind} block length must be between 1 and {limit}")
 
 
-# --- operations (worker threads) ------------------------------------------------------------
-
-
 def _open_handle(resolver: Resolver, *, path: str, handle: Handle) -> None:
+    """Open ``path`` for ``handle`` (in a worker thread)."""
     with resolver.locate(path) as location:
         if handle.mode is fm.OpenMode.READ:
             fd, _stat = files.open_for_read(resolver, location, path)
@@ -230,19 +287,11 @@ def _open_handle(resolver: Resolver, *, path: str, handle: Handle) -> None:
 def fs_routes(host: HostView, limits: FsLimits | None = None) -> list[Route]:
     """The routes of every filesystem method on ``host`` (``fs/watchMissing`` is absent)."""
     service = _Service(host, limits or FsLimits())
-    table: list[tuple[str, type, Callable[..., Any]]] = [
-        (methods.FS_READ_FILE, fm.ReadFileParams, service.read_file),
-        (methods.FS_WRITE_FILE, fm.WriteFileParams, service.write_file),
-        (methods.FS_CREATE_DIRECTORY, fm.CreateDirectoryParams, service.create_directory),
-        (methods.FS_GET_METADATA, fm.GetMetadataParams, service.get_metadata),
-        (methods.FS_READ_DIRECTORY, fm.ReadDirectoryParams, service.read_directory),
-        (methods.FS_WALK, fm.WalkParams, service.walk),
-        (methods.FS_REMOVE, fm.RemoveParams, service.remove),
-        (methods.FS_COPY, fm.CopyParams, service.copy),
-        (methods.FS_CANONICALIZE, fm.CanonicalizeParams, service.canonicalize),
-        (methods.FS_OPEN, fm.OpenParams, service.open),
-        (methods.FS_READ_BLOCK, fm.ReadBlockParams, service.read_block),
-        (methods.FS_WRITE_BLOCK, fm.WriteBlockParams, service.write_block),
-        (methods.FS_CLOSE, fm.CloseParams, service.close),
+    return [
+        *(route(spec.method, spec.params, service.path_handler(spec)) for spec in _PATH_METHODS),
+        route(methods.FS_COPY, fm.CopyParams, service.copy),
+        route(methods.FS_OPEN, fm.OpenParams, service.open),
+        route(methods.FS_READ_BLOCK, fm.ReadBlockParams, service.read_block),
+        route(methods.FS_WRITE_BLOCK, fm.WriteBlockParams, service.write_block),
+        route(methods.FS_CLOSE, fm.CloseParams, service.close),
     ]
-    return [route(method, params, handler) for method, params, handler in table]
