@@ -112,7 +112,7 @@ class Connection:
                 and self.handshake.phase is Phase.READY
                 and (message.params is None or message.params == {})
             ):
-                self._send(jsonrpc.encode_result(message.id, route.handler(self, None)))
+                self._answer_now(message, route)
                 return
             self._request(message)
         elif type(message) is jsonrpc.Notification:
@@ -167,6 +167,18 @@ class Connection:
             self._error(request, _internal(request.method))
             return
         self._spawn_task(request, handler(self, params), route)
+
+    def _answer_now(self, request: jsonrpc.Request, route: Route) -> None:
+        """The fast path's call: the general path's answers, without its decoding and gate."""
+        try:
+            result = route.handler(self, None)
+        except ExecutorError as exc:
+            self._error(request, exc)
+        except Exception:
+            log.exception("%s failed", request.method)
+            self._error(request, _internal(request.method))
+        else:
+            self._respond(request, result)
 
     def _spawn_task(self, request: jsonrpc.Request, work: Any, route: Route) -> None:
         task = asyncio.get_running_loop().create_task(self._run(request, work))
@@ -237,7 +249,11 @@ class Connection:
     def _respond(self, request: jsonrpc.Request, result: Any) -> None:
         if type(result) is Reply:
             self._send(jsonrpc.encode_result(request.id, result.result))
-            result.after()
+            try:
+                result.after()
+            except Exception:
+                # The answer is out; a second one for the same id would break the client.
+                log.exception("%s failed after its answer was sent", request.method)
         elif type(result) is jsonrpc.Spliced:
             if not self._closed:
                 self.transport.send_message_parts(jsonrpc.encode_result_parts(request.id, result))

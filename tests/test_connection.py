@@ -99,6 +99,7 @@ class Services:
             route("test/spliced", KeyParams, self._spliced),
             route("test/unitBoom", None, self._boom),
             route("test/unitReply", None, self._reply),
+            route("test/badAfter", KeyParams, self._bad_after),
         ]
 
     async def _wait(self, ctx: RequestContext, params: KeyParams) -> Any:
@@ -113,6 +114,12 @@ class Services:
     def _reply(self, ctx: RequestContext, params: KeyParams | None) -> Reply:
         key = params.key if params is not None else "unit"
         return Reply({"key": key}, lambda: after_reply(ctx, key))
+
+    def _bad_after(self, _ctx: RequestContext, params: KeyParams) -> Reply:
+        def fail() -> None:
+            raise RuntimeError("a bug after the answer")
+
+        return Reply({"key": params.key}, fail)
 
     def _missing(self, _ctx: RequestContext, params: KeyParams) -> Any:
         raise NotFound(f"no such thing: {params.key}")
@@ -511,13 +518,6 @@ async def test_an_unexpected_exception_is_an_internal_error_naming_the_method() 
     ]
 
 
-FAST_PATH_BUG = (
-    "server.Connection.message_received answers a ready connection's param-less synchronous "
-    "methods without the general dispatch's exception and Reply handling"
-)
-
-
-@pytest.mark.xfail(reason=FAST_PATH_BUG, raises=RuntimeError)
 @in_loop
 async def test_an_unexpected_exception_from_a_parameterless_method_is_an_internal_error() -> None:
     """The same holds for a method without params on a ready connection."""
@@ -526,7 +526,6 @@ async def test_an_unexpected_exception_from_a_parameterless_method_is_an_interna
     assert client.take() == [error(1, -32603, "internal error while handling test/unitBoom")]
 
 
-@pytest.mark.xfail(reason=FAST_PATH_BUG, raises=TypeError)
 @in_loop
 async def test_reply_from_a_parameterless_method_is_answered_then_its_after_runs() -> None:
     """``Reply`` works for a method without params on a ready connection too."""
@@ -536,6 +535,15 @@ async def test_reply_from_a_parameterless_method_is_answered_then_its_after_runs
         answer(1, {"key": "unit"}),
         {"method": "test/after", "params": {"key": "unit"}},
     ]
+
+
+@in_loop
+async def test_a_failing_after_does_not_answer_twice() -> None:
+    """The answer is out before ``Reply.after`` runs: its failure is logged, not answered."""
+    client = ready(Services())
+    client.call(1, "test/badAfter", {"key": "x"})
+    client.call(2, "environment/status")
+    assert client.take() == [answer(1, {"key": "x"}), answer(2, READY)]
 
 
 # --- backpressure ------------------------------------------------------------------------------
