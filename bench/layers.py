@@ -40,28 +40,28 @@ Variant = Callable[[LaunchSpec], LaunchSpec]
 
 def _mounts(spec: LaunchSpec, change: Callable[[Mounts], Mounts]) -> LaunchSpec:
     assert spec.namespaces is not None, "the bench needs namespaces"
-    namespaces = replace(spec.namespaces, mounts=change(spec.namespaces.mounts))
-    return replace(spec, namespaces=namespaces)
+    namespaces = spec.namespaces._replace(mounts=change(spec.namespaces.mounts))
+    return spec._replace(namespaces=namespaces)
 
 
 def _no_private_dev(spec: LaunchSpec) -> LaunchSpec:
-    return _mounts(spec, lambda mounts: replace(mounts, private_dev=False))
+    return _mounts(spec, lambda mounts: mounts._replace(private_dev=False))
 
 
 def _no_proc_masks(spec: LaunchSpec) -> LaunchSpec:
-    return _mounts(spec, lambda mounts: replace(mounts, mask_proc=False))
+    return _mounts(spec, lambda mounts: mounts._replace(mask_proc=False))
 
 
 def _no_pins(spec: LaunchSpec) -> LaunchSpec:
     def without_pins(mounts: Mounts) -> Mounts:
         ops = tuple(op for op in mounts.operations if op[0] != "pin")
-        return replace(mounts, operations=ops)
+        return mounts._replace(operations=ops)
 
     return _mounts(spec, without_pins)
 
 
 def _no_limits(spec: LaunchSpec) -> LaunchSpec:
-    return replace(spec, limits=None)
+    return spec._replace(limits=None)
 
 
 VARIANTS: dict[str, Variant | None] = {
