@@ -12,11 +12,13 @@ from pathlib import Path
 from executor.errors import ProfileError, SandboxUnavailable
 from executor.protocol.intent import Access
 from executor.sandbox.api import BackendStatus, Command, HostInfo, SandboxBackend
+from executor.sandbox.globscan import MAX_SCAN_DEPTH
 from executor.sandbox.host import LocalHost, state_directory
 from executor.sandbox.limits import default_limits
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
-from executor.sandbox.materialize import MAX_SCAN_DEPTH, Purpose, materialize
+from executor.sandbox.materialize import materialize
 from executor.sandbox.profiles import Profile, ProfileLibrary, default_library, load_file
+from executor.sandbox.purpose import Purpose
 from executor.sandbox.rules import RuleOrigin, RuleSet
 from executor.spawn.spawner import native_launcher
 

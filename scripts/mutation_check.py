@@ -179,14 +179,14 @@ MUTATIONS = (
     ),
     Mutation(
         "protected names at pinned levels",
-        "executor/sandbox/materialize.py",
-        "        anchors = dict.fromkeys([*writable, *sorted(self.pinned)])\n",
-        "        anchors = dict.fromkeys(writable)\n",
+        "executor/sandbox/protection.py",
+        "    anchors = dict.fromkeys([*writable, *sorted(draft.pinned)])\n",
+        "    anchors = dict.fromkeys(writable)\n",
     ),
     Mutation(
         "planted symlinks refused",
         "executor/sandbox/materialize.py",
-        "    builder.refuse_planted_symlinks()\n",
+        "    refuse_planted_symlinks(draft, intent.workspace_roots)\n",
         "",
     ),
     Mutation(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import posixpath
 
 from executor.protocol.intent import Entry, PathTarget, SandboxIntent, SpecialKind, SpecialTarget
-from executor.sandbox.materialize import HostView
+from executor.sandbox.hostview import HostView
 
 __all__ = ["alias_paths"]
 

@@ -30,7 +30,9 @@ from executor.protocol.intent import SandboxIntent
 from executor.protocol.messages import b64
 from executor.protocol.paths import parse_path_uri, to_uri
 from executor.routing import Route, route
-from executor.sandbox.materialize import HostView, Purpose, materialize
+from executor.sandbox.hostview import HostView
+from executor.sandbox.materialize import materialize
+from executor.sandbox.purpose import Purpose
 
 if TYPE_CHECKING:
     from executor.routing import RequestContext

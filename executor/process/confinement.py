@@ -20,9 +20,11 @@ from executor.protocol.intent import SandboxIntent
 from executor.protocol.messages import SandboxType, StartParams
 from executor.sandbox.api import LaunchPlan
 from executor.sandbox.command import Command
+from executor.sandbox.hostview import HostView
 from executor.sandbox.limits import ResourceLimits, default_limits
 from executor.sandbox.manager import SandboxManager
-from executor.sandbox.materialize import HostView, Purpose, materialize
+from executor.sandbox.materialize import materialize
+from executor.sandbox.purpose import Purpose
 from executor.sandbox.rules import RuleSet
 
 __all__ = [

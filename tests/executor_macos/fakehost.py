@@ -15,7 +15,8 @@ from typing import Any
 from executor.protocol.intent import parse_sandbox
 from executor.protocol.paths import parse_path_uri
 from executor.sandbox.globscan import GlobScan, ScanLimits
-from executor.sandbox.materialize import Purpose, materialize
+from executor.sandbox.materialize import materialize
+from executor.sandbox.purpose import Purpose
 from executor.sandbox.rules import PathKind, RuleSet, is_within
 from tests.sandbox.fakehost import bounded_scan
 

@@ -21,7 +21,8 @@ from executor_macos.plugin import MacosBackend
 from executor.protocol.intent import parse_sandbox
 from executor.sandbox import Command, HostInfo
 from executor.sandbox.host import LocalHost, state_directory
-from executor.sandbox.materialize import Purpose, materialize
+from executor.sandbox.materialize import materialize
+from executor.sandbox.purpose import Purpose
 
 pytestmark = [
     pytest.mark.macos,

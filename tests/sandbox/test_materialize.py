@@ -8,7 +8,8 @@ import pytest
 
 from executor.errors import InvalidParams, SandboxUnavailable
 from executor.protocol.intent import Access, NetworkMode, parse_sandbox
-from executor.sandbox.materialize import Purpose, materialize
+from executor.sandbox.materialize import materialize
+from executor.sandbox.purpose import Purpose
 from executor.sandbox.rules import Feature, PathKind, RuleOrigin, RuleSet
 from tests.sandbox.fakehost import FakeHost
 from tests.sandbox.wire import REAL_CLIENT_SANDBOX, context, glob, managed, path, special
