@@ -22,14 +22,8 @@ import psutil
 import pytest
 
 from executor import proctree
-from executor.spawn.spawner import (
-    ChildSetup,
-    Launch,
-    LaunchFailed,
-    Spawner,
-    SpawnRequest,
-    native_launcher,
-)
+from executor.sandbox import ChildSetup, Command
+from executor.spawn.spawner import Launch, LaunchFailed, Spawner, native_launcher
 from tests.support.enforcement import skip_unless
 from tests.support.processes import gone
 
@@ -45,7 +39,7 @@ PASS_THROUGH = ChildSetup(
 class ForkingSpawner(Spawner):
     """Every launch through the launcher's fork path (the one macOS uses for all commands)."""
 
-    def launch(self, request: SpawnRequest, stdio: tuple[int, int, int]) -> Launch:
+    def launch(self, request: Command, stdio: tuple[int, int, int]) -> Launch:
         return super().launch(dataclasses.replace(request, setup=PASS_THROUGH), stdio)
 
 
@@ -67,13 +61,13 @@ def run(step: Callable[[], Awaitable[T]]) -> T:
     return asyncio.run(asyncio.wait_for(step(), 30))
 
 
-def command(*argv: str, env: dict[str, str] | None = None, cwd: str = "/") -> SpawnRequest:
-    return SpawnRequest(
+def command(*argv: str, env: dict[str, str] | None = None, cwd: str = "/") -> Command:
+    return Command(
         executable=argv[0], argv=argv, env=BASE_ENV if env is None else env, cwd=cwd, tty=False
     )
 
 
-def sh(script: str, **kwargs: str) -> SpawnRequest:
+def sh(script: str, **kwargs: str) -> Command:
     return command("/bin/sh", "-c", script, **kwargs)  # type: ignore[arg-type]
 
 
@@ -102,7 +96,7 @@ class Captured:
         return data.decode()
 
 
-def launch(spawner: Spawner, request: SpawnRequest) -> tuple[Launch, Captured]:
+def launch(spawner: Spawner, request: Command) -> tuple[Launch, Captured]:
     captured = Captured()
     started = spawner.launch(request, captured.stdio())
     captured.handed_over()
@@ -175,7 +169,7 @@ def test_a_missing_cwd_fails_the_chdir_stage(spawner: Spawner) -> None:
 
 
 def test_the_command_gets_exactly_its_argv_env_and_cwd(spawner: Spawner, tmp_path: str) -> None:
-    request = SpawnRequest(
+    request = Command(
         executable="/bin/sh",
         argv=("custom-arg0", "-c", 'echo "$0|$ONLY|$(pwd)"; env | sort'),
         env={"ONLY": "one value", "PATH": "/usr/bin:/bin"},
@@ -222,7 +216,7 @@ def test_the_command_leads_a_new_session_with_default_signals(spawner: Spawner) 
 
 def test_a_terminal_becomes_the_controlling_terminal(spawner: Spawner) -> None:
     controller, terminal = pty.openpty()
-    request = SpawnRequest(
+    request = Command(
         executable="/bin/sh",
         argv=("sh", "-c", "tty; exec 3</dev/tty && echo has-controlling-terminal"),
         env=BASE_ENV,
