@@ -146,13 +146,13 @@ def test_state_dir_is_passed_on_not_put_into_the_environment(
 
 
 def test_the_linux_backend_takes_the_state_dir_it_is_given(tmp_path: Path) -> None:
-    """The Linux plugin builds its backend on the host's state directory when it has one."""
+    """The Linux plugin builds its backend on the host's state directory."""
     executor_linux = pytest.importorskip("executor_linux.plugin")
     given = HostInfo.current(state_dir=str(tmp_path))
     [backend] = executor_linux.executor_sandbox_backends(host=given)
     assert backend.state_dir == str(tmp_path)
     [default] = executor_linux.executor_sandbox_backends(host=HostInfo.current())
-    assert default.state_dir is None  # found when first needed: EXECUTOR_STATE_DIR, ...
+    assert default.state_dir == state_directory()  # EXECUTOR_STATE_DIR, else its default
 
 
 @pytest.fixture

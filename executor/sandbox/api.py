@@ -11,6 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from executor.protocol.messages import SandboxType
 from executor.sandbox.command import ChildSetup, Command
+from executor.sandbox.host import state_directory
 from executor.sandbox.rules import Feature, RuleSet
 
 __all__ = [
@@ -33,9 +34,9 @@ class HostInfo:
     machine: str
     uid: int
     #: The executor's private state directory (hidden from every sandbox), where a backend
-    #: may keep what its launches need on the host. None: the default the backend finds
-    #: itself (``EXECUTOR_STATE_DIR``, else under ``XDG_RUNTIME_DIR``, else ``/tmp``).
-    state_dir: str | None = None
+    #: may keep what its launches need on the host. Default: ``EXECUTOR_STATE_DIR``, else
+    #: under ``XDG_RUNTIME_DIR``, else under ``/tmp``; ``serve --state-dir`` overrides it.
+    state_dir: str = field(default_factory=state_directory)
 
     @classmethod
     def current(cls, state_dir: str | None = None) -> HostInfo:
@@ -45,7 +46,7 @@ class HostInfo:
             release=platform.release(),
             machine=platform.machine(),
             uid=os.getuid(),
-            state_dir=state_dir,
+            state_dir=state_dir or state_directory(),
         )
 
 

@@ -173,9 +173,7 @@ class LinuxBackend:
 
     def _state_dir(self) -> str:
         if self.state_dir is None:
-            from executor.sandbox.host import state_directory
-
-            self.state_dir = state_directory()
+            self.state_dir = HostInfo.current().state_dir
         staging = plan.staging_dir(self.state_dir)
         os.makedirs(staging, mode=0o700, exist_ok=True)
         return self.state_dir
