@@ -11,22 +11,7 @@ import pytest
 
 from executor.errors import InvalidRequest, SessionAttached
 from executor.session import Session, SessionRegistry
-
-
-@dataclass
-class Timer:
-    """A scheduled call the test fires by hand."""
-
-    delay: float
-    callback: Callable[[], None]
-    cancelled: bool = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-    def fire(self) -> None:
-        if not self.cancelled:
-            self.callback()
+from tests.support.memory_transport import Timer
 
 
 @dataclass

@@ -81,7 +81,7 @@ class MemoryTransport:
 
 @dataclass
 class Timer:
-    """A session expiry the registry scheduled; tests see it, the loop never runs it."""
+    """A session expiry the registry scheduled; the loop never runs it, a test may ``fire`` it."""
 
     delay: float
     callback: Callable[[], None]
@@ -89,6 +89,10 @@ class Timer:
 
     def cancel(self) -> None:
         self.cancelled = True
+
+    def fire(self) -> None:
+        if not self.cancelled:
+            self.callback()
 
 
 class _Resources:
