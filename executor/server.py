@@ -112,7 +112,15 @@ class Connection:
                 and self.handshake.phase is Phase.READY
                 and (message.params is None or message.params == {})
             ):
-                self._answer_now(message, route)
+                try:
+                    result = route.handler(self, None)
+                except Exception as exc:
+                    self._failed(message, exc)
+                    return
+                if type(result) is Reply or type(result) is jsonrpc.Spliced:
+                    self._respond(message, result)
+                else:
+                    self._send(jsonrpc.encode_result(message.id, result))
                 return
             self._request(message)
         elif type(message) is jsonrpc.Notification:
@@ -159,26 +167,18 @@ class Connection:
             if route is None or not route.is_async:
                 self._respond(request, handler(self, params))
                 return
-        except ExecutorError as exc:
-            self._error(request, exc)
-            return
-        except Exception:
-            log.exception("%s failed", request.method)
-            self._error(request, _internal(request.method))
+        except Exception as exc:
+            self._failed(request, exc)
             return
         self._spawn_task(request, handler(self, params), route)
 
-    def _answer_now(self, request: jsonrpc.Request, route: Route) -> None:
-        """The fast path's call: the general path's answers, without its decoding and gate."""
-        try:
-            result = route.handler(self, None)
-        except ExecutorError as exc:
+    def _failed(self, request: jsonrpc.Request, exc: Exception) -> None:
+        """A handler raised: its own error, or an internal one (logged) for a bug."""
+        if isinstance(exc, ExecutorError):
             self._error(request, exc)
-        except Exception:
-            log.exception("%s failed", request.method)
-            self._error(request, _internal(request.method))
         else:
-            self._respond(request, result)
+            log.exception("%s failed", request.method, exc_info=exc)
+            self._error(request, _internal(request.method))
 
     def _spawn_task(self, request: jsonrpc.Request, work: Any, route: Route) -> None:
         task = asyncio.get_running_loop().create_task(self._run(request, work))
@@ -192,13 +192,8 @@ class Connection:
     async def _run(self, request: jsonrpc.Request, work: Any) -> None:
         try:
             result = await work
-        except ExecutorError as exc:
-            self._error(request, exc)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("%s failed", request.method)
-            self._error(request, _internal(request.method))
+        except Exception as exc:  # CancelledError is a BaseException: it propagates
+            self._failed(request, exc)
         else:
             self._respond(request, result)
 
