@@ -125,7 +125,7 @@ MUTATIONS = (
     Mutation(
         "read-only root",
         f"{LINUX}/launcher.py",
-        '    if plan["readonly_root"]:\n        _readonly_everywhere()\n',
+        "    if plan.readonly_root:\n        _readonly_everywhere()\n",
         "",
     ),
     Mutation(
@@ -155,7 +155,7 @@ MUTATIONS = (
     Mutation(
         "private /dev",
         f"{LINUX}/launcher.py",
-        '    if plan.get("private_dev"):\n        _private_dev(',
+        "    if plan.private_dev:\n        _private_dev(",
         "    if False:\n        _private_dev(",
     ),
     Mutation(
@@ -216,7 +216,7 @@ MUTATIONS = (
     Mutation(
         "limits: cgroups not joined",
         f"{LINUX}/rlimits.py",
-        '    for join in spec.get("cgroups", ()):\n',
+        "    for join in spec.cgroups:\n",
         "    for join in ():\n",
     ),
 )
