@@ -51,6 +51,9 @@ class DaemonConfig:
     blocked_plugins: tuple[str, ...] = ()
     #: The executor's private state directory; hidden from every sandbox.
     state_dir: str = field(default_factory=state_directory)
+    #: Files only the daemon may read (the WebSocket token or shared secret): hidden from
+    #: every sandbox, like the state directory, so a command cannot authenticate as a client.
+    secret_files: tuple[str, ...] = ()
     #: What ``http/request`` may do (enabled, no ``valueEnvVar``, any host, by default).
     http: HttpPolicy = field(default_factory=HttpPolicy)
     #: Resource limits of every sandboxed command (wire requests carry none).
@@ -89,7 +92,7 @@ class Daemon:
                 "each command costs ~1.5 ms more CPU to start"
             )
         _ensure_private_dir(config.state_dir)
-        self.host_view = LocalHost(hidden_paths=(config.state_dir,))
+        self.host_view = LocalHost(hidden_paths=(config.state_dir, *config.secret_files))
         self.sandbox = SandboxManager(
             get_plugin_manager(blocked=(*config.blocked_plugins, *blocked_from_env())),
             HostInfo.current(state_dir=config.state_dir),

@@ -360,6 +360,11 @@ def daemon_config(args: argparse.Namespace) -> DaemonConfig:
             max_buffered_bytes=args.http_max_buffered_bytes,
         ),
         sandbox_limits=default_limits().replace(**dict(args.limit)),
+        secret_files=tuple(
+            os.path.realpath(path)
+            for path in (args.ws_token_file, args.ws_shared_secret_file)
+            if path
+        ),
     )
     if args.state_dir:
         # Passed on, never put into os.environ: the environment variable is the operator's

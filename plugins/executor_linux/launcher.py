@@ -183,12 +183,20 @@ def _apply_mounts(namespaces: Namespaces, tty: bool) -> None:
     syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
     host_readonly = {point for point, readonly in _mountinfo() if readonly}
     empty_file = None
+    empty_fd = -1
     if any(op == "mask_file" for op, _ in plan.operations):
-        empty_file = _staging_file(plan.staging)
+        # Held open and bound through its descriptor: the staging directory lives in the
+        # executor's state directory, which a later operation masks when it is visible.
+        empty_fd = os.open(_staging_file(plan.staging), os.O_PATH | os.O_CLOEXEC)
+        empty_file = f"/proc/self/fd/{empty_fd}"
     if plan.readonly_root:
         _readonly_everywhere()
-    for op, path in plan.operations:
-        _mount_one(op, path, empty_file, host_readonly)
+    try:
+        for op, path in plan.operations:
+            _mount_one(op, path, empty_file, host_readonly)
+    finally:
+        if empty_fd >= 0:
+            os.close(empty_fd)
     if plan.private_dev:
         _private_dev(plan.private_shm, tty)
     elif plan.private_shm and os.path.isdir("/dev/shm"):
