@@ -11,8 +11,11 @@ TEST_PLUGINS := build/test-plugins
 
 .PHONY: run test setup setup-test lint typecheck pytest bench clean
 
+# Quiet recipes and no "Entering directory" lines: the daemon's URL is run's first stdout line.
+MAKEFLAGS += --no-print-directory
+
 run: setup
-	$(BIN)/executor serve --listen $(LISTEN)
+	@$(BIN)/executor serve --listen $(LISTEN)
 
 test: setup-test lint typecheck pytest
 
@@ -21,15 +24,15 @@ setup: $(VENV)/.installed
 setup-test: $(VENV)/.installed-test
 
 $(VENV)/bin/python:
-	$(PYTHON) scripts/check_python.py
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(PYTHON) scripts/check_python.py
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip >&2
 
 # setup.py and launcher.c too: an editable install compiles the native launcher in place.
 $(VENV)/.installed: $(VENV)/bin/python pyproject.toml setup.py executor/spawn/launcher.c
-	scripts/ensure-system-deps.sh
-	$(BIN)/python -m pip install --quiet -e '.[fast]'
-	touch $@
+	@scripts/ensure-system-deps.sh
+	@$(BIN)/python -m pip install --quiet -e '.[fast]' >&2
+	@touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml $(shell find tests/thirdparty_backend -type f -not -path '*/__pycache__/*' 2>/dev/null)
 	$(BIN)/python -m pip install --quiet -e '.[fast,test]'
