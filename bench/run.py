@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/run.py                                   # ours only
     .venv/bin/python bench/run.py --reference \\
-        'CODEX_HOME=/work/ref/codex-home /work/ref/node_modules/.bin/codex exec-server --listen ws://127.0.0.1:{port}'
+        "CODEX_HOME=$HOME/codex-home $REF/node_modules/.bin/codex exec-server --listen ws://127.0.0.1:{port}"
     .venv/bin/python bench/run.py --reference-url ws://127.0.0.1:4500 --only rpc --trials 5
 
 Trials are interleaved: in every trial each case runs against ours, then the reference, so
