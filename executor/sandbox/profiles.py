@@ -4,6 +4,7 @@ A profile file is the human form of a permission profile (sandbox.md §1.7)::
 
     description = "Read everything; write the workspace, /tmp and $TMPDIR; no network."
     extends = "read-only"          # optional: start from another profile
+    replaces_shipped = true        # only in a file named like a shipped profile, to replace it
     glob_scan_max_depth = 4        # optional
     protected_names = [".vscode"]  # optional: kept read-only under every writable root (and
                                    # uncreatable), beyond .git .agents .codex .aws (always)
@@ -34,7 +35,14 @@ wire form of a permission profile and is parsed by the same code as a client's r
 there is one model and one set of rules. ``[limits]`` is not part of the wire form (a client
 sends none): keys it leaves out keep the daemon's defaults, and ``extends`` merges it key by
 key. Validation is strict: unknown keys, bad access values, non-deny globs, bad limits and
-cycles in ``extends`` are errors naming the file and key path.
+cycles in ``extends`` are errors naming the file and key path, every one of them
+(``executor.sandbox.profile_parse``).
+
+Profiles are looked up in the shipped directory, then ``EXECUTOR_PROFILES_DIR``; a later
+directory's file replaces an earlier one of the same name, except a shipped one: a user file
+named like a shipped profile is refused (naming both files) unless it says
+``replaces_shipped = true``, so a stray file cannot quietly turn ``read-only`` into something
+else. docs/profiles.md is the reference for policy authors.
 """
 
 from __future__ import annotations
@@ -45,11 +53,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from executor.errors import ProfileError, RequestError
 from executor.protocol.intent import (
-    PROJECT_ROOTS_GLOB_PREFIX,
     NetworkMode,
     Permissions,
     ProfileType,
@@ -57,30 +64,26 @@ from executor.protocol.intent import (
     parse_permissions,
 )
 from executor.protocol.paths import to_uri
-from executor.sandbox.limits import LIMIT_NAMES, ResourceLimits, default_limits, parse_limits
-from executor.sandbox.rules import glob_has_magic
+from executor.sandbox.limits import ResourceLimits, default_limits
+from executor.sandbox.profile_parse import (
+    TOP_KEYS,
+    InvalidProfile,
+    Problem,
+    Problems,
+    limits_table,
+    to_wire,
+)
 
-__all__ = ["Profile", "ProfileLibrary", "default_library", "load_file"]
-
-_ACCESS: Final = ("read", "write", "deny")
-_SPECIALS: Final = {
-    ":root": "root",
-    ":minimal": "minimal",
-    ":tmpdir": "tmpdir",
-    ":slash_tmp": "slash_tmp",
-}
-_ROOTS_KEYS: Final = (":workspace_roots", ":project_roots")
-_TOP_KEYS: Final = {
-    "description",
-    "extends",
-    "type",
-    "glob_scan_max_depth",
-    "filesystem",
-    "network",
-    "limits",
-    "protected_names",
-}
-_TYPES: Final = ("managed", "disabled", "external")
+__all__ = [
+    "InvalidProfile",
+    "Problem",
+    "Profile",
+    "ProfileLibrary",
+    "default_library",
+    "load_file",
+    "read_file",
+    "shipped_directory",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +98,10 @@ class Profile:
     wire: dict[str, Any]
     #: Resource limits of each command run under it (``executor run``).
     limits: ResourceLimits = field(default_factory=default_limits)
+    #: It is one of the profiles shipped with the executor.
+    shipped: bool = False
+    #: It replaces the shipped profile of its name (``replaces_shipped = true``).
+    replaces_shipped: bool = False
 
     def intent(
         self,
@@ -137,66 +144,153 @@ class _Raw:
     def __init__(self, name: str, source: str, data: dict[str, Any]) -> None:
         self.name, self.source, self.data = name, source, data
 
+    @property
+    def replaces_shipped(self) -> bool:
+        """The file says it replaces the shipped profile of its name."""
+        return self.data.get("replaces_shipped") is True
 
-def _fail(source: str, key: str, message: str) -> ProfileError:
-    where = f"{source}: {key}" if key else source
-    return ProfileError(f"{where}: {message}")
 
+def read_file(path: Path) -> tuple[_Raw | None, list[Problem]]:
+    """Parse one profile file (syntax, top-level keys, ``[limits]``); every problem found.
 
-def load_file(path: Path) -> _Raw:
-    """Parse one profile file (syntax and keys only)."""
-    source = str(path)
+    The file is ``None`` when it cannot be read or is not TOML.
+    """
+    problems = Problems(str(path))
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise _fail(source, "", f"cannot read: {exc.strerror}") from None
+        problems.add("", f"cannot read: {exc.strerror}")
+        return None, problems.items
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise _fail(source, "", f"invalid TOML: {exc}") from None
-    unknown = sorted(set(data) - _TOP_KEYS)
-    if unknown:
-        raise _fail(source, unknown[0], f"unknown key (known: {', '.join(sorted(_TOP_KEYS))})")
+        problems.add("", f"invalid TOML: {exc}")
+        return None, problems.items
+    for key in sorted(set(data) - TOP_KEYS):
+        problems.add(key, f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
     if "limits" in data:
-        _limits(data["limits"], source)  # here, so that an error names the file that has it
-    return _Raw(path.stem, source, data)
+        limits_table(data["limits"], problems)  # here, so that an error names the file
+    if type(data.get("replaces_shipped", False)) is not bool:
+        problems.add("replaces_shipped", "must be true or false")
+    return _Raw(path.stem, str(path), data), problems.items
+
+
+def load_file(path: Path) -> _Raw:
+    """Parse one profile file (syntax and keys only); ``InvalidProfile`` lists its problems."""
+    raw, problems = read_file(path)
+    if problems or raw is None:
+        raise InvalidProfile(problems)
+    return raw
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
 
 
 class ProfileLibrary:
-    """Profiles from one or more directories; later directories override earlier ones."""
+    """Profiles from one or more directories; later directories override earlier ones, but
+    a shipped profile only when the overriding file says ``replaces_shipped = true``."""
 
     def __init__(self, directories: list[Path]) -> None:
         self._files: dict[str, Path] = {}
+        #: The shipped file of each shipped name.
+        self._shipped: dict[str, Path] = {}
+        shipped = shipped_directory()
         for directory in directories:
+            is_shipped = directory.is_dir() and _same_file(directory, shipped)
             for path in sorted(directory.glob("*.toml")):
                 self._files[path.stem] = path
+                if is_shipped:
+                    self._shipped[path.stem] = path
 
     def names(self) -> list[str]:
         """Every profile name, sorted."""
         return sorted(self._files)
 
-    def __iter__(self) -> Iterator[Profile]:
-        return (self.get(name) for name in self.names())
-
-    def get(self, name: str) -> Profile:
-        """The compiled profile ``name``."""
+    def path(self, name: str) -> Path:
+        """The file profile ``name`` is read from."""
         if name not in self._files:
             known = ", ".join(self.names()) or "none"
             raise ProfileError(f"unknown profile {name!r} (known: {known})")
-        return self.compile(load_file(self._files[name]))
+        return self._files[name]
+
+    def is_shipped(self, name: str) -> bool:
+        """Whether ``name`` is read from the shipped file (not a user file replacing it)."""
+        shipped = self._shipped.get(name)
+        return shipped is not None and _same_file(self.path(name), shipped)
+
+    def __iter__(self) -> Iterator[Profile]:
+        return (self.get(name) for name in self.names())
+
+    def load_all(self) -> tuple[list[Profile], dict[str, ProfileError]]:
+        """Every profile that loads, and the error of each one that does not (by name)."""
+        profiles: list[Profile] = []
+        errors: dict[str, ProfileError] = {}
+        for name in self.names():
+            try:
+                profiles.append(self.get(name))
+            except ProfileError as exc:
+                errors[name] = exc
+        return profiles, errors
+
+    def get(self, name: str) -> Profile:
+        """The compiled profile ``name``; ``InvalidProfile`` lists every problem."""
+        profile, problems = self.check(self.path(name))
+        if profile is None:
+            raise InvalidProfile(problems)
+        return profile
+
+    def check(self, path: Path) -> tuple[Profile | None, list[Problem]]:
+        """Load the profile file ``path`` against this library: the profile, or ``None`` and
+        every problem found (in it, its shadowing of a shipped name, what it extends)."""
+        problems = Problems(str(path))
+        raw, found = read_file(path)
+        problems.extend(found)
+        self._check_shadowing(path, raw, problems)
+        if raw is None:
+            return None, problems.items
+        profile = self._compile(raw, problems)
+        return (None if problems.items else profile), problems.items
 
     def compile(self, raw: _Raw) -> Profile:
         """Merge ``raw`` with what it extends and compile it to permissions."""
-        merged = self._merge(raw, [])
-        wire = _to_wire(merged, raw.source)
-        try:
-            permissions = parse_permissions(wire, "permissions")
-        except RequestError as exc:
-            raise _fail(raw.source, "", exc.message) from None
+        problems = Problems(raw.source)
+        profile = self._compile(raw, problems)
+        problems.raise_any()
+        return profile
+
+    def _check_shadowing(self, path: Path, raw: _Raw | None, problems: Problems) -> None:
+        shipped = self._shipped.get(path.stem)
+        if shipped is None or _same_file(path, shipped):
+            return
+        if raw is not None and raw.replaces_shipped:
+            return
+        problems.add(
+            "",
+            f"has the name of the shipped profile {path.stem!r} ({shipped}); rename it, or add"
+            " `replaces_shipped = true` to it to replace the shipped one",
+            source=str(path),
+        )
+
+    def _compile(self, raw: _Raw, problems: Problems) -> Profile:
+        merged = self._merge(raw, [], problems)
+        wire = to_wire(merged, problems)
+        permissions = Permissions(type=ProfileType.DISABLED)
+        if not problems.items:
+            try:
+                permissions = parse_permissions(wire, "permissions")
+            except RequestError as exc:
+                problems.add("", exc.message)
         description = merged.get("description", "")
         if not isinstance(description, str):
-            raise _fail(raw.source, "description", "must be a string")
+            problems.add("description", "must be a string")
+            description = ""
         if "limits" in merged and wire["type"] == "disabled":
-            raise _fail(raw.source, "limits", 'a profile of type "disabled" runs unconfined')
-        limits = default_limits().replace(**_limits(merged.get("limits", {}), raw.source))
+            problems.add("limits", 'a profile of type "disabled" runs unconfined')
+        limits = default_limits().replace(**limits_table(merged.get("limits", {}), problems))
+        path = Path(raw.source)
+        shipped = self._shipped.get(raw.name)
         return Profile(
             name=raw.name,
             description=description,
@@ -204,25 +298,40 @@ class ProfileLibrary:
             permissions=permissions,
             wire=wire,
             limits=limits,
+            shipped=shipped is not None and _same_file(path, shipped),
+            replaces_shipped=shipped is not None and raw.replaces_shipped,
         )
 
-    def _merge(self, raw: _Raw, chain: list[str]) -> dict[str, Any]:
+    def _merge(self, raw: _Raw, chain: list[str], problems: Problems) -> dict[str, Any]:
         if raw.name in chain:
-            raise _fail(raw.source, "extends", f"cycle: {' -> '.join([*chain, raw.name])}")
+            cycle = " -> ".join([*chain, raw.name])
+            problems.add("extends", f"cycle: {cycle}", source=raw.source)
+            return {}
         parent_name = raw.data.get("extends")
         if parent_name is None:
             return raw.data
+        own = {k: v for k, v in raw.data.items() if k != "extends"}
         if not isinstance(parent_name, str):
-            raise _fail(raw.source, "extends", "must be a profile name")
+            problems.add("extends", "must be a profile name", source=raw.source)
+            return own
         if parent_name not in self._files:
-            raise _fail(raw.source, "extends", f"unknown profile {parent_name!r}")
-        parent = self._merge(load_file(self._files[parent_name]), [*chain, raw.name])
-        merged = _merge_tables(parent, {k: v for k, v in raw.data.items() if k != "extends"})
-        inherited, own = parent.get("protected_names"), raw.data.get("protected_names")
-        if isinstance(inherited, list) and isinstance(own, list):
+            problems.add("extends", f"unknown profile {parent_name!r}", source=raw.source)
+            return own
+        parent_path = self._files[parent_name]
+        parent_raw, found = read_file(parent_path)
+        problems.extend(found)
+        self._check_shadowing(parent_path, parent_raw, problems)
+        if parent_raw is None or found:
+            # Its own problems are listed; merging a broken parent would repeat them here.
+            problems.add("extends", f"profile {parent_name!r} is invalid", source=raw.source)
+            return own
+        parent = self._merge(parent_raw, [*chain, raw.name], problems)
+        merged = _merge_tables(parent, own)
+        inherited, own_names = parent.get("protected_names"), raw.data.get("protected_names")
+        if isinstance(inherited, list) and isinstance(own_names, list):
             # Protection accumulates: a profile that extends another can add names, and can
             # never drop one its parent protects by listing others.
-            merged["protected_names"] = list(dict.fromkeys([*inherited, *own]))
+            merged["protected_names"] = list(dict.fromkeys([*inherited, *own_names]))
         return merged
 
 
@@ -234,125 +343,6 @@ def _merge_tables(base: dict[str, Any], override: dict[str, Any]) -> dict[str, A
         else:
             merged[key] = value
     return merged
-
-
-def _to_wire(data: dict[str, Any], source: str) -> dict[str, Any]:
-    kind = data.get("type", "managed")
-    if kind not in _TYPES:
-        raise _fail(source, "type", f"must be one of {', '.join(_TYPES)}")
-    if kind == "disabled":
-        return {"type": "disabled"}
-    network = _network(data.get("network", {}), source)
-    if kind == "external":
-        return {"type": "external", "network": network}
-    entries = _entries(data.get("filesystem", {}), source)
-    fs: dict[str, Any] = {"type": "restricted", "entries": entries}
-    depth = data.get("glob_scan_max_depth")
-    if depth is not None:
-        if type(depth) is not int or depth <= 0:
-            raise _fail(source, "glob_scan_max_depth", "must be a positive integer")
-        fs["glob_scan_max_depth"] = depth
-    names = data.get("protected_names")
-    if names is not None:
-        if not isinstance(names, list) or not all(
-            isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
-            for name in names
-        ):
-            raise _fail(source, "protected_names", "must be a list of file names (no '/')")
-        fs["protected_names"] = names
-    return {"type": "managed", "file_system": fs, "network": network}
-
-
-def _network(table: Any, source: str) -> str:
-    if not isinstance(table, dict):
-        raise _fail(source, "network", "must be a table")
-    unknown = sorted(set(table) - {"enabled"})
-    if unknown:
-        raise _fail(source, f"network.{unknown[0]}", "unknown key (known: enabled)")
-    enabled = table.get("enabled", False)
-    if type(enabled) is not bool:
-        raise _fail(source, "network.enabled", "must be true or false")
-    return "enabled" if enabled else "restricted"
-
-
-def _limits(table: Any, source: str) -> dict[str, int | None]:
-    if not isinstance(table, dict):
-        raise _fail(source, "limits", "must be a table")
-    try:
-        return parse_limits(table)
-    except KeyError as exc:
-        known = ", ".join(LIMIT_NAMES)
-        raise _fail(source, f"limits.{exc.args[0]}", f"unknown key (known: {known})") from None
-    except ValueError as exc:
-        key, _, message = str(exc).partition(": ")
-        raise _fail(source, f"limits.{key}", message) from None
-
-
-def _access(value: Any, source: str, key: str) -> str:
-    if value not in _ACCESS:
-        raise _fail(source, key, f"access must be one of {', '.join(_ACCESS)}, got {value!r}")
-    return str(value)
-
-
-def _entries(table: Any, source: str) -> list[dict[str, Any]]:
-    if not isinstance(table, dict):
-        raise _fail(source, "filesystem", "must be a table")
-    entries: list[dict[str, Any]] = []
-    for key, value in table.items():
-        where = f'filesystem."{key}"'
-        if key in _ROOTS_KEYS:
-            entries.extend(_workspace_entries(value, source, where))
-            continue
-        access = _access(value, source, where)
-        entries.append({"path": _path(key, access, source, where), "access": access})
-    return entries
-
-
-def _path(key: str, access: str, source: str, where: str) -> dict[str, Any]:
-    if key in _SPECIALS:
-        return {"type": "special", "value": {"kind": _SPECIALS[key]}}
-    if key.startswith(":"):
-        known = ", ".join([*_SPECIALS, *_ROOTS_KEYS])
-        raise _fail(source, where, f"unknown special path (known: {known})")
-    if not (key.startswith("/") or key.startswith("~/")):
-        raise _fail(source, where, "filesystem paths must be absolute, use ~/..., or start with :")
-    if glob_has_magic(key):
-        if access != "deny":
-            raise _fail(source, where, "globs only support deny access")
-        return {"type": "glob_pattern", "pattern": key}
-    native = os.path.expanduser(key) if key.startswith("~/") else key
-    return {"type": "path", "path": to_uri(native)}
-
-
-def _workspace_entries(table: Any, source: str, where: str) -> list[dict[str, Any]]:
-    if isinstance(table, str):  # ":workspace_roots" = "write" means "." = "write"
-        table = {".": table}
-    if not isinstance(table, dict):
-        raise _fail(source, where, "must be an access or a table of relative paths")
-    entries: list[dict[str, Any]] = []
-    for key, value in table.items():
-        inner = f'{where}."{key}"'
-        access = _access(value, source, inner)
-        if key.startswith("/") or ".." in key.split("/"):
-            raise _fail(source, inner, "workspace paths must be relative and must not contain ..")
-        if glob_has_magic(key):
-            if access != "deny":
-                raise _fail(source, inner, "globs only support deny access")
-            entries.append(
-                {
-                    "path": {"type": "glob_pattern", "pattern": PROJECT_ROOTS_GLOB_PREFIX + key},
-                    "access": access,
-                }
-            )
-            continue
-        value_obj: dict[str, Any] = {"kind": "project_roots"}
-        if key not in (".", ""):
-            value_obj["subpath"] = key
-        entry: dict[str, Any] = {"path": {"type": "special", "value": value_obj}, "access": access}
-        if key in (".git", ".agents", ".codex", ".aws") and access == "read":
-            entry["missing_path_behavior"] = "skip"
-        entries.append(entry)
-    return entries
 
 
 def shipped_directory() -> Path:

@@ -9,7 +9,13 @@ import pytest
 from executor.errors import ProfileError
 from executor.protocol.intent import Access, NetworkMode, ProfileType, parse_permissions
 from executor.sandbox.materialize import materialize
-from executor.sandbox.profiles import ProfileLibrary, default_library, load_file, shipped_directory
+from executor.sandbox.profiles import (
+    InvalidProfile,
+    ProfileLibrary,
+    default_library,
+    load_file,
+    shipped_directory,
+)
 from tests.sandbox.fakehost import FakeHost
 
 SHIPPED = ["danger-full-access", "read-only", "workspace", "workspace-network"]
@@ -125,14 +131,112 @@ def test_extends_merges_tables(tmp_path: Path) -> None:
     assert Access.WRITE not in entries.values()
 
 
-def test_extra_directories_override_shipped_profiles(
+def test_a_user_file_named_like_a_shipped_profile_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """EXECUTOR_PROFILES_DIR adds profiles and may replace shipped ones."""
-    write(tmp_path, "read-only", 'description = "site policy"\n[filesystem]\n":root" = "read"')
+    """A stray read-only.toml that disables the sandbox does not become `read-only`: the
+    name is refused, naming both files, and so is every profile extending it."""
+    stray = write(tmp_path, "read-only", 'description = "oops"\ntype = "disabled"')
+    write(tmp_path, "child", 'extends = "read-only"')
     monkeypatch.setenv("EXECUTOR_PROFILES_DIR", str(tmp_path))
-    assert default_library().get("read-only").description == "site policy"
+    library = default_library()
+    shipped = shipped_directory() / "read-only.toml"
+    with pytest.raises(ProfileError) as caught:
+        library.get("read-only")
+    assert str(stray) in caught.value.message and str(shipped) in caught.value.message
+    assert "replaces_shipped = true" in caught.value.message
+    for name in ("child", "workspace"):  # the shipped `workspace` extends `read-only` too
+        with pytest.raises(ProfileError, match="shipped profile 'read-only'"):
+            library.get(name)
+    assert library.get("danger-full-access").shipped  # the others are untouched
+
+
+def test_replaces_shipped_true_replaces_a_shipped_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `replaces_shipped = true` the user's file is the profile, and says so."""
+    write(
+        tmp_path,
+        "read-only",
+        'description = "site policy"\nreplaces_shipped = true\n[filesystem]\n":root" = "read"',
+    )
+    monkeypatch.setenv("EXECUTOR_PROFILES_DIR", str(tmp_path))
+    library = default_library()
+    profile = library.get("read-only")
+    assert profile.description == "site policy"
+    assert profile.replaces_shipped and not profile.shipped
+    assert not library.is_shipped("read-only") and library.is_shipped("workspace")
+    # `workspace` extends the replacement, as it would extend any `read-only`.
+    assert library.get("workspace").limits == profile.limits
     assert shipped_directory().joinpath("read-only.toml").is_file()
+
+
+def test_replaces_shipped_must_be_a_boolean_and_is_not_needed_elsewhere(tmp_path: Path) -> None:
+    """A string is an error; a user file that shadows no shipped name needs nothing, and a
+    later user directory still overrides an earlier one."""
+    bad = write(tmp_path, "mine", 'replaces_shipped = "yes"')
+    with pytest.raises(ProfileError, match="replaces_shipped: must be true or false"):
+        ProfileLibrary([tmp_path]).get("mine")
+    bad.unlink()
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    write(first, "site", 'description = "first"')
+    write(second, "site", 'description = "second"')
+    assert ProfileLibrary([shipped_directory(), first, second]).get("site").description == (
+        "second"
+    )
+
+
+def test_every_problem_in_a_file_is_reported(tmp_path: Path) -> None:
+    """Not only the first: each bad key is one problem, naming the file and the key."""
+    path = write(
+        tmp_path,
+        "many",
+        'colour = "red"\nglob_scan_max_depth = 0\n'
+        '[filesystem]\n":root" = "all"\n"srv" = "read"\n"/srv/**" = "write"\n'
+        '[network]\nenabled = "yes"\n[limits]\nmemory = "lots"\nthreads = 4\n',
+    )
+    profile, problems = ProfileLibrary([shipped_directory()]).check(path)
+    assert profile is None
+    assert [(problem.source, problem.key) for problem in problems] == [
+        (str(path), key)
+        for key in (
+            "colour",
+            "limits.memory",
+            "limits.threads",
+            "network.enabled",
+            'filesystem.":root"',
+            'filesystem."srv"',
+            'filesystem."/srv/**"',
+            "glob_scan_max_depth",
+        )
+    ]
+    with pytest.raises(InvalidProfile) as caught:
+        ProfileLibrary([tmp_path]).get("many")
+    assert len(caught.value.problems) == len(problems)
+    assert len(caught.value.message.splitlines()) == len(problems)
+
+
+def test_a_broken_parent_is_named_once(tmp_path: Path) -> None:
+    """A child of a broken profile lists the parent's problems under the parent's file."""
+    parent = write(tmp_path, "base", "[limits]\nmemory = 0\n")
+    child = write(tmp_path, "child", 'extends = "base"\n[network]\nenabled = true\n')
+    _, problems = ProfileLibrary([tmp_path]).check(child)
+    assert [str(problem) for problem in problems] == [
+        f"{parent}: limits.memory: must be positive, got 0",
+        f"{child}: extends: profile 'base' is invalid",
+    ]
+
+
+def test_load_all_lists_the_good_and_names_the_broken(tmp_path: Path) -> None:
+    """One broken file does not hide the others."""
+    write(tmp_path, "broken", "[filesystem")
+    write(tmp_path, "fine", 'extends = "workspace"')
+    profiles, errors = ProfileLibrary([shipped_directory(), tmp_path]).load_all()
+    assert [profile.name for profile in profiles] == sorted([*SHIPPED, "fine"])
+    assert list(errors) == ["broken"]
+    assert "invalid TOML" in errors["broken"].message
 
 
 def test_protected_names_accumulate_through_extends(tmp_path: Path) -> None:
