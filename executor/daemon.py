@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from executor.environment import describe_host, environment_routes
 from executor.fs import fs_routes
+from executor.fs.capabilities import capability_routes
 from executor.http import HttpPolicy, http_routes
 from executor.memory import MemoryReclaimer
 from executor.process import (
@@ -34,7 +35,9 @@ from executor.spawn.spawner import Spawner
 __all__ = ["IMPLEMENTED", "Daemon", "DaemonConfig"]
 
 #: What this executor implements; everything else is advertised as false.
-IMPLEMENTED = Capabilities(sandboxed_file_streaming=True, file_write_streaming=True)
+IMPLEMENTED = Capabilities(
+    sandboxed_file_streaming=True, file_write_streaming=True, capability_discovery_sandbox=True
+)
 
 log = logging.getLogger("executor.daemon")
 
@@ -109,6 +112,7 @@ class Daemon:
                 *environment_routes(self.environment),
                 *process_routes(),
                 *fs_routes(self.host_view),
+                *capability_routes(self.host_view),
                 *http_routes(config.http),
                 *(extra_routes or []),
             )

@@ -21,6 +21,7 @@ cannot touch the host.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import os
 import random
@@ -174,6 +175,9 @@ class Generator:
             methods.FS_READ_BLOCK: {"handleId": handle, "offset": 0, "len": 16},
             methods.FS_WRITE_BLOCK: {"handleId": handle, "offset": 0, "chunk": "aGk="},
             methods.FS_CLOSE: {"handleId": handle},
+            methods.CAPABILITY_ROOTS_DISCOVER: {
+                "roots": [{"id": f"r{self.count}", "path": self._uri("sub")}]
+            },
             methods.HTTP_REQUEST: {
                 "method": "GET",
                 "url": f"http://127.0.0.1:{self.http_port}/x",
@@ -201,7 +205,8 @@ class Generator:
             return list(range(self.rng.choice([1000, 20000])))
         if r < 0.08:
             return {f"k{n}": n for n in range(2000)}
-        return self.rng.choice(OTHER_VALUES)
+        # A copy: a shared [None] or {"a": []} mutated later could come to contain itself.
+        return copy.deepcopy(self.rng.choice(OTHER_VALUES))
 
     def _mutate_text(self, text: str) -> str:
         """Grow a string (never shorten it: a path stays below the test's directory)."""

@@ -37,7 +37,7 @@ from executor.sandbox.purpose import Purpose
 if TYPE_CHECKING:
     from executor.routing import RequestContext
 
-__all__ = ["FsLimits", "fs_routes"]
+__all__ = ["FsLimits", "fs_routes", "request_resolver"]
 
 T = TypeVar("T")
 _SCOPE_KEY: Final = "executor.fs.handles"
@@ -164,8 +164,9 @@ _PATH_METHODS: Final = (
 # --- running the work -------------------------------------------------------------------------
 
 
-def _resolver(host: HostView, intent: SandboxIntent | None) -> Resolver:
-    """A resolver for the request: a sandbox view unless the filesystem is unrestricted."""
+def request_resolver(host: HostView, intent: SandboxIntent | None) -> Resolver:
+    """A resolver for a request's ``sandbox``: a sandbox view unless the filesystem is
+    unrestricted (capability discovery builds one per root the same way)."""
     if intent is None:
         return Resolver()
     rules = materialize(intent, host, purpose=Purpose.FILESYSTEM)
@@ -177,7 +178,7 @@ def _resolver(host: HostView, intent: SandboxIntent | None) -> Resolver:
 def _work(host: HostView, intent: SandboxIntent | None, operation: Callable[[Resolver], T]) -> T:
     """Run ``operation`` in the request's view (called in a worker thread)."""
     try:
-        with _resolver(host, intent) as resolver:
+        with request_resolver(host, intent) as resolver:
             return operation(resolver)
     except OSError as exc:
         raise fs_error(exc) from exc

@@ -33,6 +33,8 @@ FS_READ_BLOCK: Final = "fs/readBlock"
 FS_WRITE_BLOCK: Final = "fs/writeBlock"
 FS_CLOSE: Final = "fs/close"
 
+CAPABILITY_ROOTS_DISCOVER: Final = "capabilityRoots/discoverV1"
+
 HTTP_REQUEST: Final = "http/request"
 HTTP_BODY_DELTA: Final = "http/request/bodyDelta"
 
@@ -46,7 +48,7 @@ _FAMILY_BY_NAME: Final = {
     ENVIRONMENT_INFO: "environment info",
     ENVIRONMENT_STATUS: "environment status",
     "environmentConfig/read": "environment config",
-    "capabilityRoots/discoverV1": "capability discovery",
+    CAPABILITY_ROOTS_DISCOVER: "capability discovery",
 }
 
 
