@@ -10,7 +10,9 @@ Modules, each with one job:
 * ``inodes`` — which files a sandbox denies by identity (hard links into denied trees);
 * ``files``, ``metadata``, ``directories``, ``walk``, ``remove``, ``copy`` — the operations;
 * ``syscalls`` — ``openat2`` and ``statx`` through ctypes;
-* ``failures`` — the reference's own error messages.
+* ``failures`` — the reference's own error messages;
+* ``capabilities`` — ``capabilityRoots/discoverV1`` on the same resolvers, with its bounded
+  reads (``capability_reads``) and a manifest's declarations (``plugin_declarations``).
 
 docs/filesystem.md records the observed reference behaviour and our deliberate differences.
 """
