@@ -13,6 +13,8 @@ from typing import Any, Protocol
 from executor.environment import describe_host, environment_routes
 from executor.fs import fs_routes
 from executor.fs.capabilities import capability_routes
+from executor.fs.watch import SUPPORTED as WATCH_SUPPORTED
+from executor.fs.watch import watch_routes
 from executor.http import HttpPolicy, http_routes
 from executor.memory import MemoryReclaimer
 from executor.process import (
@@ -36,7 +38,11 @@ __all__ = ["IMPLEMENTED", "Daemon", "DaemonConfig"]
 
 #: What this executor implements; everything else is advertised as false.
 IMPLEMENTED = Capabilities(
-    sandboxed_file_streaming=True, file_write_streaming=True, capability_discovery_sandbox=True
+    sandboxed_file_streaming=True,
+    file_write_streaming=True,
+    capability_discovery_sandbox=True,
+    # fs/watchMissing needs inotify (Linux); elsewhere the method answers watching: false.
+    fs_watch_missing=WATCH_SUPPORTED,
 )
 
 log = logging.getLogger("executor.daemon")
@@ -113,6 +119,7 @@ class Daemon:
                 *process_routes(),
                 *fs_routes(self.host_view),
                 *capability_routes(self.host_view),
+                *watch_routes(),
                 *http_routes(config.http),
                 *(extra_routes or []),
             )

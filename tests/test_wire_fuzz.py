@@ -175,6 +175,12 @@ class Generator:
             methods.FS_READ_BLOCK: {"handleId": handle, "offset": 0, "len": 16},
             methods.FS_WRITE_BLOCK: {"handleId": handle, "offset": 0, "chunk": "aGk="},
             methods.FS_CLOSE: {"handleId": handle},
+            methods.FS_WATCH_MISSING: {
+                "watchId": self.count,
+                "missing": [self._uri("nothere"), self._uri("sub/x/y")],
+                "present": r.choice([None, self._uri("file.txt")]),
+            },
+            methods.FS_MISSING_CHANGED: {"watchId": 1},
             methods.CAPABILITY_ROOTS_DISCOVER: {
                 "roots": [{"id": f"r{self.count}", "path": self._uri("sub")}]
             },

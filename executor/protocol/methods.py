@@ -32,6 +32,8 @@ FS_OPEN: Final = "fs/open"
 FS_READ_BLOCK: Final = "fs/readBlock"
 FS_WRITE_BLOCK: Final = "fs/writeBlock"
 FS_CLOSE: Final = "fs/close"
+FS_WATCH_MISSING: Final = "fs/watchMissing"
+FS_MISSING_CHANGED: Final = "fs/missingChanged"
 
 CAPABILITY_ROOTS_DISCOVER: Final = "capabilityRoots/discoverV1"
 
