@@ -23,6 +23,7 @@ import errno
 import os
 import posixpath
 from functools import cached_property
+from typing import Final
 
 from executor.fs import failures
 from executor.fs.inodes import DeniedInodes, Unsettled
@@ -30,6 +31,9 @@ from executor.protocol.intent import Access
 from executor.sandbox.rules import RuleSet
 
 __all__ = ["SandboxView", "Visibility", "denial"]
+
+#: Classifications one view remembers (a walk touches at most tens of thousands of paths).
+_MAX_REMEMBERED: Final = 100_000
 
 
 class Visibility(enum.Enum):
@@ -64,6 +68,9 @@ class SandboxView:
         self.rules = rules
         #: Requested rule paths that name their real path through a symlink (``aliases.py``).
         self.aliases = aliases
+        # Paths already classified: resolution asks about every prefix of every path it opens,
+        # and the rules never change during a request. Bounded; past the bound, no caching.
+        self._seen: dict[str, Visibility] = {}
 
     @cached_property
     def _skeleton(self) -> frozenset[str]:
@@ -77,6 +84,14 @@ class SandboxView:
 
     def visibility(self, path: str) -> Visibility:
         """How the real, normalized absolute ``path`` appears in the sandbox."""
+        seen = self._seen.get(path)
+        if seen is None:
+            seen = self._classify(path)
+            if len(self._seen) < _MAX_REMEMBERED:
+                self._seen[path] = seen
+        return seen
+
+    def _classify(self, path: str) -> Visibility:
         rule = self.rules.rule_for(path)
         if rule is None:
             return Visibility.SKELETON if path in self._skeleton else Visibility.INVISIBLE
