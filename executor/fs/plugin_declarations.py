@@ -5,8 +5,10 @@ does, so that the same manifest leads to the same files:
 
 * the text must be strict JSON (no ``NaN``), an object or an array of at most two elements
   (serde reads a struct from a sequence, in field order); anything else, or a declaration
-  given twice, or a declared value nested deeper than serde's recursion limit, means "no
-  declarations" (the default ``.mcp.json`` is still looked for), silently;
+  given twice, or a declared value nested deeper than serde's recursion limit or holding a
+  lone surrogate, means "no declarations" (the default ``.mcp.json`` is still looked for),
+  silently. Other fields are ignored however they look, except that Python's parser gives
+  up on nesting near 1,000 levels where serde skips any depth (docs/capabilities.md);
 * ``mcpServers`` as an object is inline: no MCP file is read at all;
 * a string must start with ``./`` and stay below the root (no ``..`` component, not empty,
   not absolute), else it is ignored with a warning naming the manifest.
@@ -76,8 +78,8 @@ def _parse(text: str) -> tuple[Any, Any] | None:
 
 
 def _deserializable(value: Any) -> bool:
-    """Whether serde_json turns ``value`` into a ``Value``: within the recursion limit, no
-    lone surrogate (numbers out of range are infinite, as with serde)."""
+    """Whether serde_json turns ``value`` into a ``Value``: nested within its recursion limit
+    and free of lone surrogates (a number out of range is fine: infinite, as in serde)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
