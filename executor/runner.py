@@ -33,7 +33,7 @@ from executor.process.confinement import SandboxConfinement
 from executor.protocol.messages import Stream
 from executor.sandbox.command import Command
 from executor.sandbox.denial import classify
-from executor.sandbox.host import LocalHost, state_directory
+from executor.sandbox.host import LocalHost, ensure_state_directory
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.sandbox.profiles import Profile
 from executor.spawn.spawner import Launch, Spawner
@@ -59,7 +59,7 @@ def confine(request: RunRequest, manager: SandboxManager | None = None) -> Confi
     """Resolve and confine the command as the daemon would (raises to refuse)."""
     manager = manager or SandboxManager(get_plugin_manager(blocked_from_env()))
     confinement = SandboxConfinement(
-        manager, LocalHost(hidden_paths=(state_directory(),)), limits=request.profile.limits
+        manager, LocalHost(hidden_paths=(ensure_state_directory(),)), limits=request.profile.limits
     )
     env = dict(os.environ)
     try:

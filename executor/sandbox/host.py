@@ -11,8 +11,9 @@ from typing import Final
 
 from executor.sandbox.globscan import GlobScan, ScanLimits, Truncation
 from executor.sandbox.rules import PathKind
+from executor.sandbox.statedir import ensure_state_directory, state_directory
 
-__all__ = ["LocalHost", "minimal_paths", "state_directory"]
+__all__ = ["LocalHost", "ensure_state_directory", "minimal_paths", "state_directory"]
 
 _LINUX_MINIMAL: Final = ("/bin", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/sbin", "/usr")
 _MACOS_MINIMAL: Final = (
@@ -35,20 +36,6 @@ def minimal_paths(platform: str = sys.platform) -> tuple[str, ...]:
     """Directories ``:minimal`` stands for on ``platform`` (those that exist)."""
     candidates = _MACOS_MINIMAL if platform == "darwin" else _LINUX_MINIMAL
     return tuple(path for path in candidates if os.path.exists(path))
-
-
-def state_directory() -> str:
-    """The executor's private state directory (hidden from every sandbox).
-
-    ``EXECUTOR_STATE_DIR`` if set, else ``$XDG_RUNTIME_DIR/executor-<uid>``, else
-    ``/tmp/executor-<uid>``.
-    """
-    explicit = os.environ.get("EXECUTOR_STATE_DIR")
-    if explicit and os.path.isabs(explicit):
-        return os.path.realpath(explicit)
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = runtime if runtime and os.path.isabs(runtime) else "/tmp"
-    return os.path.join(base, f"executor-{os.getuid()}")
 
 
 class LocalHost:
