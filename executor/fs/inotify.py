@@ -60,6 +60,7 @@ _IN_CLOEXEC: Final = os.O_CLOEXEC
 _HEADER: Final = struct.Struct("iIII")
 # Room for many events per read; the kernel never splits one event across reads.
 _READ_SIZE: Final = 64 * 1024
+_READS_PER_WAKEUP: Final = 16
 
 
 class Event(NamedTuple):
@@ -151,8 +152,13 @@ class Inotify:
         self.fd = -1
 
     def _readable(self) -> None:
-        try:
-            data = os.read(self.fd, _READ_SIZE)
-        except BlockingIOError:
-            return
-        self._on_events(parse_events(data))
+        # Drain what is queued (a burst must not overflow the kernel's queue while the loop
+        # turns), but a bounded amount per wake-up so other callbacks still get their turn.
+        for _ in range(_READS_PER_WAKEUP):
+            if self.fd < 0:
+                return  # closed by a callback of the previous batch
+            try:
+                data = os.read(self.fd, _READ_SIZE)
+            except BlockingIOError:
+                return
+            self._on_events(parse_events(data))
