@@ -319,9 +319,10 @@ class ProfileLibrary:
             return own
         parent_path = self._files[parent_name]
         parent_raw, found = read_file(parent_path)
+        before = len(problems.items)
         problems.extend(found)
         self._check_shadowing(parent_path, parent_raw, problems)
-        if parent_raw is None or found:
+        if parent_raw is None or len(problems.items) > before:
             # Its own problems are listed; merging a broken parent would repeat them here.
             problems.add("extends", f"profile {parent_name!r} is invalid", source=raw.source)
             return own
