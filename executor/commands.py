@@ -4,25 +4,35 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from executor.errors import ProfileError, SandboxUnavailable
-from executor.protocol.intent import Access
-from executor.sandbox.api import BackendStatus, Command, HostInfo, SandboxBackend
-from executor.sandbox.globscan import MAX_SCAN_DEPTH
-from executor.sandbox.host import LocalHost, ensure_state_directory
+from executor.sandbox.api import BackendStatus, HostInfo, SandboxBackend
+from executor.sandbox.host import LocalHost, state_directory
 from executor.sandbox.limits import default_limits
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.sandbox.materialize import materialize
-from executor.sandbox.profiles import Profile, ProfileLibrary, default_library, load_file
+from executor.sandbox.profile_report import enforcement, explain, explain_lines, limits_json
+from executor.sandbox.profile_report import summary as profile_summary
+from executor.sandbox.profiles import InvalidProfile, Problem, Profile, default_library
 from executor.sandbox.purpose import Purpose
-from executor.sandbox.rules import RuleOrigin, RuleSet
+from executor.sandbox.rules import RuleSet
 from executor.spawn.spawner import native_launcher
 
-__all__ = ["backends", "doctor", "profile_check", "profile_explain", "profile_list", "run"]
+__all__ = [
+    "backends",
+    "doctor",
+    "profile_check",
+    "profile_explain",
+    "profile_list",
+    "profile_schema",
+    "run",
+]
 
 
 def _manager() -> SandboxManager:
@@ -35,35 +45,88 @@ def _roots(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(os.path.abspath(path) for path in (args.workspace or []))
 
 
+def _emit(data: dict[str, Any]) -> None:
+    """``--json`` output: one JSON document on stdout (keys: docs/profiles.md)."""
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _report_broken(name: str, path: Path, error: ProfileError) -> list[dict[str, str]]:
+    """Say on stderr why profile ``name`` was left out; the problems as JSON values."""
+    problems = (
+        error.problems
+        if isinstance(error, InvalidProfile)
+        else (Problem(str(path), "", error.message),)
+    )
+    for problem in problems:
+        print(f"executor: profile {name} not loaded: {problem}", file=sys.stderr)
+    return [{"file": p.source, "key": p.key, "message": p.message} for p in problems]
+
+
 def profile_list(args: argparse.Namespace) -> int:
-    """Print every profile with its description."""
+    """Print every profile with where it comes from and its description; name the broken
+    ones on stderr and exit 1 when there are any (the list is complete either way)."""
     library = default_library()
-    width = max((len(name) for name in library.names()), default=0)
-    for profile in library:
-        print(f"{profile.name:<{width}}  {profile.description}")
-    return 0
+    profiles, errors = library.load_all()
+    rows = [profile_summary(profile) for profile in profiles]
+    broken = [
+        {
+            "name": name,
+            "path": str(library.path(name)),
+            "problems": _report_broken(name, library.path(name), error),
+        }
+        for name, error in errors.items()
+    ]
+    if args.json:
+        _emit({"profiles": rows, "errors": broken})
+    else:
+        width = max((len(row["name"]) for row in rows), default=0)
+        source_width = max((len(row["source"]) for row in rows), default=0)
+        for row in rows:
+            print(f"{row['name']:<{width}}  {row['source']:<{source_width}}  {row['description']}")
+    return 1 if errors else 0
 
 
 def profile_check(args: argparse.Namespace) -> int:
-    """Validate one profile file (and what it extends); exit 1 on the first error."""
+    """Validate one profile file (and what it extends) against the schema and the compiler;
+    list every problem, exit 2 when there are any."""
+    from executor.sandbox.profile_schema import check_file
+
     path = Path(args.file)
-    library = ProfileLibrary([*[Path(d) for d in _library_dirs()], path.parent])
-    profile = library.compile(load_file(path))
+    profile, problems = check_file(default_library(extra=[path.parent]), path)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if profile is None:
+        print(f"{path}: {len(problems)} problem(s)", file=sys.stderr)
+        return 2
     print(f"{path}: ok ({profile.name}: {profile.description or 'no description'})")
     return 0
 
 
-def _library_dirs() -> list[str]:
-    from executor.sandbox.profiles import shipped_directory
+def profile_schema(args: argparse.Namespace) -> int:
+    """Print the JSON Schema of profile files."""
+    from executor.sandbox.profile_schema import schema
 
-    return [str(shipped_directory())]
+    _emit(schema())
+    return 0
+
+
+def _load_profile(spec: str) -> Profile:
+    """A profile by name, or from a file when ``spec`` is a path (has a ``/`` or ends in
+    ``.toml``); a file's ``extends`` resolves against the library and its own directory."""
+    if os.sep not in spec and not spec.endswith(".toml"):
+        return default_library().get(spec)
+    path = Path(spec).absolute()
+    profile, problems = default_library(extra=[path.parent]).check(path)
+    if profile is None:
+        raise InvalidProfile(problems)
+    return profile
 
 
 def _rules_for(
     profile: Profile, roots: tuple[str, ...], cwd: str, network: bool | None
 ) -> RuleSet | None:
     intent = profile.intent(workspace_roots=roots, cwd=cwd, network=network)
-    host = LocalHost(hidden_paths=(ensure_state_directory(),), cwd=cwd)
+    host = LocalHost(hidden_paths=(state_directory(),), cwd=cwd)
     rules = materialize(
         intent, host, purpose=Purpose.PROCESS, process_cwd=cwd, child_env=dict(os.environ)
     )
@@ -71,81 +134,18 @@ def _rules_for(
 
 
 def profile_explain(args: argparse.Namespace) -> int:
-    """Print the materialized rules of a profile on this host, and who enforces them."""
-    profile = default_library().get(args.name)
+    """Print the materialized rules of a profile on this host, and who enforces them; exit 1
+    when this host would refuse it."""
+    profile = _load_profile(args.name)
     roots = _roots(args)
     cwd = os.path.realpath(args.cwd or (roots[0] if roots else os.getcwd()))
     rules = _rules_for(profile, roots, cwd, _network(args))
-    print(f"profile {profile.name} ({profile.source})")
-    if rules is None:
-        print("sandbox: disabled (the command runs unconfined; sandboxType none)")
-        return 0
-    print(f"policy cwd: {rules.policy_cwd}")
-    print(f"network: {rules.network}")
-    print(f"limits: {rules.limits.summary()}")
-    if not rules.filesystem_restricted:
-        print("filesystem: unrestricted")
+    report = explain(profile, rules, _manager())
+    if args.json:
+        _emit(report)
     else:
-        print("filesystem (most specific rule wins; anything not listed is denied):")
-        width = max(len(rule.path) for rule in rules.rules) if rules.rules else 0
-        for rule in rules.rules:
-            print(
-                f"  {rule.path:<{width}}  {rule.access:<5}  {rule.origin}"
-                + ("  (does not exist yet)" if rule.kind == "missing" else "")
-            )
-        for glob in rules.deny_globs:
-            print(f"  deny glob: {glob}")
-        for pin in rules.pinned:
-            print(f"  pinned (cannot be moved, removed or replaced): {pin}")
-    for note in (*rules.notes, *_path_limits(profile, rules)):
-        print(f"note: {note}")
-    print(f"needs: {', '.join(sorted(rules.needs)) or 'nothing'}")
-    _explain_backend(_manager(), rules)
-    return 0
-
-
-def _path_limits(profile: Profile, rules: RuleSet) -> tuple[str, ...]:
-    """What the profile's deny rules cannot hide from a command (docs/sandbox.md)."""
-    denies = any(
-        rule.access is Access.DENY and rule.origin is not RuleOrigin.EXECUTOR_STATE
-        for rule in rules.rules
-    )
-    if not denies and not rules.deny_globs:
-        return ()
-    fs = profile.permissions.file_system
-    # Without a depth of its own the scan covers every level or refuses the launch.
-    depth = fs.glob_scan_max_depth if fs else None
-    deeper = f"deeper than {depth} levels or " if depth and depth <= MAX_SCAN_DEPTH else ""
-    globs = (
-        f", and deny-glob matches {deeper}created while it runs are not masked"
-        if rules.deny_globs
-        else ""
-    )
-    return (
-        "deny rules mask paths, not files: a command can still read a denied file through a"
-        f" hard link elsewhere{globs}; fs/* calls check content by identity (docs/sandbox.md,"
-        " 'What path rules cannot see')",
-    )
-
-
-def _explain_backend(manager: SandboxManager, rules: RuleSet) -> None:
-    try:
-        backend = manager.select(rules)
-    except SandboxUnavailable as exc:
-        print(f"enforcement: REFUSED here — {exc.message}")
-        return
-    from executor.sandbox.api import Command
-
-    probe = Command(executable="/bin/true", argv=("true",), env={}, cwd=rules.policy_cwd, tty=False)
-    try:
-        plan = manager.prepare(backend, rules, probe)
-    except SandboxUnavailable as exc:
-        print(f"enforcement: REFUSED by {backend.name} — {exc.message}")
-        return
-    if plan.release is not None:
-        plan.release()
-    print(f"enforcement: {backend.name} backend, sandboxType {plan.sandbox_type.value}")
-    print(f"layers: {plan.report.summary()}")
+        print("\n".join(explain_lines(report)))
+    return 0 if report["enforcement"]["enforceable"] else 1
 
 
 def _network(args: argparse.Namespace) -> bool | None:
@@ -177,12 +177,19 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(run_command(request))
 
 
-def _status_line(
+def _backend_json(
     backend: SandboxBackend, status: BackendStatus, selected: SandboxBackend | None
-) -> str:
-    mark = "*" if backend is selected else " "
-    state = "available" if status.available else f"unavailable: {status.reason}"
-    return f"{mark} {backend.name:<10} {type(backend).__module__:<28} {state}"
+) -> dict[str, Any]:
+    return {
+        "name": backend.name,
+        "module": type(backend).__module__,
+        "selected": backend is selected,
+        "available": status.available,
+        "reason": status.reason or None,
+        "features": sorted(str(feature) for feature in status.features),
+        "missing": {str(feature): reason for feature, reason in sorted(status.missing.items())},
+        "details": {key: str(value) for key, value in sorted(status.details.items())},
+    }
 
 
 def backends(args: argparse.Namespace) -> int:
@@ -193,66 +200,121 @@ def backends(args: argparse.Namespace) -> int:
         for name, plugin in manager.pm.list_name_plugin()
         if plugin is not None and name != "executor-defaults"
     ]
-    print(f"plugins (entry-point group executor.sandbox): {', '.join(plugins) or 'none'}")
-    blocked = blocked_from_env()
-    if blocked:
-        print(f"blocked: {', '.join(blocked)}")
     probe_rules = RuleSet(filesystem_restricted=True)
     selected = manager.pm.hook.executor_select_backend(
         rules=probe_rules, host=manager.host, candidates=manager.candidates
     )
-    for backend, status in manager.candidates:
-        print(_status_line(backend, status, selected))
-        if status.available:
-            print(f"    enforces: {', '.join(sorted(status.features)) or 'nothing'}")
-            for feature, reason in sorted(status.missing.items()):
+    found = [_backend_json(backend, status, selected) for backend, status in manager.candidates]
+    if args.json:
+        blocked = list(blocked_from_env())
+        chosen = selected.name if selected is not None else None
+        _emit({"plugins": plugins, "blocked": blocked, "selected": chosen, "backends": found})
+        return 0
+    print(f"plugins (entry-point group executor.sandbox): {', '.join(plugins) or 'none'}")
+    if blocked_from_env():
+        print(f"blocked: {', '.join(blocked_from_env())}")
+    for row in found:
+        mark = "*" if row["selected"] else " "
+        state = "available" if row["available"] else f"unavailable: {row['reason']}"
+        print(f"{mark} {row['name']:<10} {row['module']:<28} {state}")
+        if row["available"]:
+            print(f"    enforces: {', '.join(row['features']) or 'nothing'}")
+            for feature, reason in row["missing"].items():
                 print(f"    cannot enforce {feature}: {reason}")
-        for key, value in sorted(status.details.items()):
+        for key, value in row["details"].items():
             print(f"    {key}: {value}")
     return 0
 
 
+def _doctor_row(name: str, source: str) -> dict[str, Any]:
+    """Every key a profile's row in ``doctor --json`` has, whatever its status."""
+    keys = ("backend", "layers", "reason")
+    return {"name": name, "source": source, "status": None} | dict.fromkeys(keys) | {"problems": []}
+
+
+def _doctor_profile(manager: SandboxManager, profile: Profile, workspace: str) -> dict[str, Any]:
+    row = _doctor_row(profile.name, profile_summary(profile)["source"])
+    try:
+        rules = _rules_for(profile, (workspace,), workspace, None)
+    except (SandboxUnavailable, ProfileError) as exc:
+        return row | {"status": "not-enforceable", "reason": exc.message}
+    if rules is None:
+        return row | {"status": "unsandboxed"}
+    found = enforcement(manager, rules)
+    if not found["enforceable"]:
+        return row | {"status": "not-enforceable", "reason": found["reason"]}
+    return row | {"status": "enforced", "backend": found["backend"], "layers": found["layers"]}
+
+
 def doctor(args: argparse.Namespace) -> int:
-    """Host facts and, for each shipped profile, whether this host enforces it fully."""
+    """Host facts and, for each profile, whether this host enforces it fully; exit 1 when one
+    cannot be enforced or does not load (named on stderr; the report is complete)."""
     host = HostInfo.current()
+    launcher = native_launcher()
+    manager = _manager()
+    details = {
+        backend.name: {key: str(value) for key, value in sorted(status.details.items())}
+        for backend, status in manager.candidates
+        if status.available
+    }
+    workspace = os.path.realpath(args.workspace[0]) if args.workspace else os.getcwd()
+    library = default_library()
+    profiles, errors = library.load_all()
+    rows = [_doctor_profile(manager, profile, workspace) for profile in profiles]
+    for name, error in errors.items():
+        source = "shipped" if library.is_shipped(name) else str(library.path(name))
+        problems = _report_broken(name, library.path(name), error)
+        rows.append(_doctor_row(name, source) | {"status": "invalid", "problems": problems})
+    rows.sort(key=lambda row: str(row["name"]))
+    ok = all(row["status"] in ("enforced", "unsandboxed") for row in rows)
+    if args.json:
+        _emit(
+            {
+                "ok": ok,
+                "host": {
+                    "platform": host.platform,
+                    "release": host.release,
+                    "machine": host.machine,
+                    "uid": host.uid,
+                },
+                "launcher": {
+                    "kind": "native" if launcher is not None else "python",
+                    "path": None if launcher is None else str(launcher),
+                },
+                "backends": details,
+                "default_limits": limits_json(default_limits()),
+                "workspace": workspace,
+                "profiles": rows,
+            }
+        )
+        return 0 if ok else 1
     print(
         f"host: {host.platform} {host.release} {host.machine}, uid {host.uid}"
         + (" (root)" if host.uid == 0 else "")
     )
-    launcher = native_launcher()
     print(
         f"launcher: native ({launcher})"
         if launcher is not None
         else "launcher: python (the native launcher is not built or is turned off; "
         "commands start ~1.5 ms slower)"
     )
-    manager = _manager()
-    for backend, status in manager.candidates:
-        if status.available:
-            for key, value in sorted(status.details.items()):
-                print(f"{backend.name}.{key}: {value}")
+    for name, values in details.items():
+        for key, value in values.items():
+            print(f"{name}.{key}: {value}")
     print(
         f"limits of every sandboxed command: {default_limits().summary()}"
         " (the daemon's defaults; `serve --limit` changes them, profiles set their own)"
     )
-    workspace = os.path.realpath(args.workspace[0]) if args.workspace else os.getcwd()
-    failures = 0
-    for profile in default_library():
-        try:
-            rules = _rules_for(profile, (workspace,), workspace, None)
-            if rules is None:
-                print(f"profile {profile.name}: no sandbox (by design)")
-                continue
-            backend = manager.select(rules)
-            plan = manager.prepare(backend, rules, _probe_command(workspace))
-            if plan.release is not None:
-                plan.release()
-            print(f"profile {profile.name}: enforced by {backend.name} — {plan.report.summary()}")
-        except (SandboxUnavailable, ProfileError) as exc:
-            failures += 1
-            print(f"profile {profile.name}: NOT ENFORCEABLE — {exc.message}")
-    return 1 if failures else 0
+    for row in rows:
+        print(f"profile {row['name']}: {_doctor_verdict(row)}")
+    return 0 if ok else 1
 
 
-def _probe_command(cwd: str) -> Command:
-    return Command(executable="/bin/true", argv=("true",), env={}, cwd=cwd, tty=False)
+def _doctor_verdict(row: dict[str, Any]) -> str:
+    if row["status"] == "enforced":
+        return f"enforced by {row['backend']} — {row['layers']}"
+    if row["status"] == "unsandboxed":
+        return "no sandbox (by design)"
+    if row["status"] == "invalid":
+        return f"INVALID — {len(row['problems'])} problem(s), on stderr"
+    return f"NOT ENFORCEABLE — {row['reason']}"

@@ -69,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "list": commands.profile_list,
             "check": commands.profile_check,
             "explain": commands.profile_explain,
+            "schema": commands.profile_schema,
         }[args.action]
     try:
         if args.command in handlers:

@@ -23,22 +23,67 @@ def _add_workspace(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON document on stdout, for scripts (stable keys: docs/profiles.md)",
+    )
+
+
 def add_policy_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     profile = commands.add_parser(
         "profile",
         help="list, check and explain sandbox profiles",
-        description="Sandbox profiles for policy authors (sandbox_profiles/*.toml).",
+        description="Sandbox profiles for policy authors: the shipped ones, then those in "
+        "EXECUTOR_PROFILES_DIR. The format: docs/profiles.md.",
     )
     actions = profile.add_subparsers(dest="action", metavar="ACTION", required=True)
-    actions.add_parser("list", help="every profile with its description")
-    check = actions.add_parser("check", help="validate a profile file")
+    listing = actions.add_parser(
+        "list",
+        help="every profile with its source and description",
+        description="Every profile: its name, its source (shipped, or the file it is read "
+        "from) and its description. A profile file that does not load is named on stderr "
+        "with the file and key at fault, and the others are listed all the same.",
+        epilog="Exit status: 0 when every profile loads, 1 when one or more do not (the list "
+        "of the others is complete).",
+    )
+    _add_json(listing)
+    check = actions.add_parser(
+        "check",
+        help="validate a profile file",
+        description="Validate a profile file against the profile schema "
+        "(executor/sandbox/profile.schema.json) and compile it, with what it extends; every "
+        "problem is listed on stderr, each naming the file and the key.",
+        epilog="Exit status: 0 when the file is valid, 2 when it has problems.",
+    )
     check.add_argument("file", help="path to a profile .toml file")
-    explain = actions.add_parser("explain", help="the materialized rules of a profile on this host")
-    explain.add_argument("name", help="profile name (see `executor profile list`)")
+    actions.add_parser(
+        "schema",
+        help="print the JSON Schema of profile files (for editors)",
+        description="Print the JSON Schema that `profile check` validates against, for "
+        "editors and other tools (docs/profiles.md, 'Editors').",
+    )
+    explain = actions.add_parser(
+        "explain",
+        help="the materialized rules of a profile on this host",
+        description="What a profile means on this host: each path with its access and why, "
+        "the network, the limits, what path-based masking cannot hide, and which backend "
+        "would enforce it.",
+        epilog="Exit status: 0 when this host enforces the profile (or it has no sandbox), 1 "
+        "when this host would refuse it (the reason is printed), 2 when the profile does not "
+        "load.",
+    )
+    explain.add_argument(
+        "name",
+        metavar="PROFILE",
+        help="a profile name (see `executor profile list`) or the path of a .toml file",
+    )
     _add_workspace(explain)
     explain.add_argument(
         "--network", choices=["on", "off"], help="override the profile's network setting"
     )
+    _add_json(explain)
 
     run = commands.add_parser(
         "run",
@@ -62,12 +107,20 @@ def add_policy_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
 
-    commands.add_parser("backends", help="discovered sandbox backends and what each enforces here")
+    backends = commands.add_parser(
+        "backends", help="discovered sandbox backends and what each enforces here"
+    )
+    _add_json(backends)
     doctor = commands.add_parser(
         "doctor",
-        help="host facts; can each shipped profile be enforced here?",
-        description="Exits non-zero when a shipped profile cannot be fully enforced.",
+        help="host facts; can each profile be enforced here?",
+        description="Host facts, the backends' probes, and for each profile (shipped and "
+        "EXECUTOR_PROFILES_DIR) whether this host enforces it fully. A profile file that "
+        "does not load is named on stderr; the report covers the others all the same.",
+        epilog="Exit status: 0 when every profile loads and is enforced here (or has no "
+        "sandbox by design), 1 otherwise.",
     )
     doctor.add_argument(
         "--workspace", action="append", metavar="DIR", help="workspace to evaluate profiles against"
     )
+    _add_json(doctor)

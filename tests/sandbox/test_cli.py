@@ -6,6 +6,7 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from itertools import takewhile
 from pathlib import Path
 
 import pytest
@@ -45,23 +46,30 @@ def test_every_command_has_help() -> None:
         ["serve"],
         ["run"],
         ["profile"],
+        ["profile", "list"],
+        ["profile", "check"],
         ["profile", "explain"],
+        ["profile", "schema"],
         ["backends"],
         ["doctor"],
     ):
         result = executor(*args, "--help")
         assert result.returncode == 0, args
         assert "usage: executor" in result.stdout
+    for args in (["profile", "list"], ["profile", "check"], ["profile", "explain"], ["doctor"]):
+        assert "Exit status:" in executor(*args, "--help").stdout, args
 
 
-def test_profile_list_shows_names_and_descriptions() -> None:
-    """Every shipped profile, one per line, with its description."""
-    lines = executor("profile", "list").stdout.splitlines()
-    assert [line.split()[0] for line in lines] == [
-        "danger-full-access",
-        "read-only",
-        "workspace",
-        "workspace-network",
+def test_profile_list_shows_names_sources_and_descriptions() -> None:
+    """Every shipped profile, one per line, with its source and description."""
+    result = executor("profile", "list", env={"EXECUTOR_PROFILES_DIR": ""})
+    assert result.returncode == 0 and result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert [line.split()[:2] for line in lines] == [
+        ["danger-full-access", "shipped"],
+        ["read-only", "shipped"],
+        ["workspace", "shipped"],
+        ["workspace-network", "shipped"],
     ]
     assert "no network" in lines[1]
 
@@ -77,6 +85,29 @@ def test_profile_check_accepts_good_and_names_bad_files(tmp_path: Path) -> None:
     result = executor("profile", "check", str(bad))
     assert result.returncode == 2
     assert f'{bad}: filesystem."/srv/**": globs only support deny access' in result.stderr
+    assert result.stdout == ""
+
+
+def test_profile_check_lists_every_problem(tmp_path: Path) -> None:
+    """Each problem on its own line with the file and the key, the compiler's and the
+    schema's; a disabled profile's ignored tables are still checked by the schema."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'colour = "red"\ntype = "disabled"\n[filesystem]\n":root" = "all"\n'
+        '[network]\nenabled = "yes"\n[limits]\nmemory = "lots"\n'
+    )
+    result = executor("profile", "check", str(bad))
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert [line.split(": ")[1] for line in lines[:-1]] == [
+        "colour",
+        "limits.memory",
+        "limits",
+        'filesystem.":root"',
+        "network.enabled",
+    ]
+    assert all(line.startswith(f"{bad}: ") for line in lines)
+    assert lines[-1] == f"{bad}: 5 problem(s)"
 
 
 @pytest.mark.enforcement
@@ -107,15 +138,32 @@ def test_profile_explain_says_what_path_rules_cannot_see(ws: Path, tmp_path: Pat
         'extends = "workspace"\n[filesystem]\n"~/.ssh" = "deny"\n'
     )
     env = {"EXECUTOR_PROFILES_DIR": str(library)}
-    out = executor("profile", "explain", "site", "--workspace", str(ws), env=env).stdout
-    notes = [line for line in out.splitlines() if "mask paths" in line]
-    assert len(notes) == 1
-    assert notes[0].startswith("note: deny rules mask paths, not files")
-    assert "hard link" in notes[0] and "deeper than 3 levels" in notes[0]
-    out = executor("profile", "explain", "plain-deny", "--workspace", str(ws), env=env).stdout
-    assert "hard link" in out and "deeper than" not in out
-    out = executor("profile", "explain", "workspace", "--workspace", str(ws)).stdout
-    assert "mask paths" not in out
+
+    def limits(profile: str) -> list[str]:
+        """The bullets under explain's "what deny rules cannot hide" heading."""
+        out = executor("profile", "explain", profile, "--workspace", str(ws), env=env).stdout
+        lines = out.splitlines()
+        start = [n for n, line in enumerate(lines) if line.startswith("what deny rules")]
+        if not start:
+            return []
+        assert 'docs/sandbox.md, "What path rules cannot see"' in lines[start[0]]
+        bullets = takewhile(lambda line: line.startswith("  - "), lines[start[0] + 1 :])
+        return [line.removeprefix("  - ") for line in bullets]
+
+    site = limits("site")
+    assert [line.split(":")[0] for line in site] == [
+        "hard links",
+        "globs are expanded at launch",
+        "glob scan depth",
+        "glob scan caps",
+        "the daemon's sandboxed fs/* calls also check files by identity and refuse such files; "
+        "commands (process/start, executor run) have only the path rules.",
+    ]
+    assert "before the command started" in site[0]
+    assert "deeper than 3 directory levels" in site[2] and "32 levels" not in site[3]
+    plain = limits("plain-deny")
+    assert plain[0].startswith("hard links") and not any("glob" in line for line in plain)
+    assert limits("workspace") == []
 
 
 def test_run_passes_the_exit_code_through(ws: Path) -> None:
