@@ -28,7 +28,7 @@ from executor.process import (
 from executor.protocol.messages import Capabilities
 from executor.routing import Route
 from executor.sandbox.api import HostInfo
-from executor.sandbox.host import LocalHost, state_directory
+from executor.sandbox.host import LocalHost, ensure_state_directory, state_directory
 from executor.sandbox.limits import ResourceLimits, default_limits
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.session import DEFAULT_SESSION_TTL, Session, SessionRegistry
@@ -100,12 +100,15 @@ class Daemon:
                 "the native launcher is not built or is turned off (EXECUTOR_NATIVE_LAUNCHER); "
                 "each command costs ~1.5 ms more CPU to start"
             )
-        _ensure_private_dir(config.state_dir)
+        ensure_state_directory(config.state_dir)
         self.host_view = LocalHost(hidden_paths=(config.state_dir, *config.secret_files))
         self.sandbox = SandboxManager(
             get_plugin_manager(blocked=(*config.blocked_plugins, *blocked_from_env())),
             HostInfo.current(state_dir=config.state_dir),
         )
+        # Say at startup what `executor doctor` would: a daemon that can enforce nothing
+        # must not look like one that can (on the loop's next turn; the probe is cached).
+        self.loop.call_soon(self.sandbox.log_readiness)
         self.confinement: Confinement = confinement or SandboxConfinement(
             self.sandbox, self.host_view, config.sandbox_limits
         )
@@ -184,8 +187,3 @@ class Daemon:
                 list(self._background), timeout=self.config.process.stop_grace * 2 + 1
             )
         self.spawner.close()
-
-
-def _ensure_private_dir(path: str) -> None:
-    """Create the state directory, readable by this user only."""
-    os.makedirs(path, mode=0o700, exist_ok=True)

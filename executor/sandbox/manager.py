@@ -6,15 +6,16 @@ import logging
 import os
 from collections.abc import Iterable, Sequence
 from functools import cached_property
+from importlib import metadata
 
 import pluggy
 
-from executor.errors import SandboxUnavailable
+from executor.errors import ExecutorError, InternalError, SandboxUnavailable
 from executor.sandbox import defaults, hookspecs
 from executor.sandbox.api import BackendStatus, Command, HostInfo, LaunchPlan, SandboxBackend
-from executor.sandbox.rules import RuleSet
+from executor.sandbox.rules import Feature, RuleSet
 
-__all__ = ["BLOCK_ENV", "SandboxManager", "get_plugin_manager"]
+__all__ = ["BLOCK_ENV", "SandboxManager", "broken_plugin_message", "get_plugin_manager"]
 
 log = logging.getLogger("executor.sandbox")
 
@@ -35,17 +36,48 @@ def get_plugin_manager(
     Plugins come from the ``executor.sandbox`` entry-point group (the first-party backends
     too), plus ``plugins`` registered directly (tests). Names in ``blocked`` are never loaded.
     Misspelled hook implementations fail here, through ``check_pending()``.
+
+    A discovered plugin that fails to import or to register stops everything with one line
+    naming it and how to block it (``InternalError``), rather than running without it: it
+    may be a selector or a launch hook the operator relies on to refuse or audit launches,
+    and a daemon silently missing that would run what it was meant to stop.
     """
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     pm.register(defaults, name="executor-defaults")
     for name in blocked:
         pm.set_blocked(name)
-    pm.load_setuptools_entrypoints(hookspecs.ENTRY_POINT_GROUP)
+    _load_entry_points(pm)
     for plugin in plugins:
         pm.register(plugin)
     pm.check_pending()
     return pm
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    """``load_setuptools_entrypoints``, one plugin at a time, naming the one that fails."""
+    for entry in metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
+        if pm.get_plugin(entry.name) is not None or pm.is_blocked(entry.name):
+            continue
+        try:
+            pm.register(entry.load(), name=entry.name)
+            # Only this plugin's hooks can be pending: every earlier one passed this check.
+            pm.check_pending()
+        except Exception as exc:  # whatever a plugin's import runs may raise anything
+            if pm.get_plugin(entry.name) is not None:
+                pm.unregister(name=entry.name)
+            raise InternalError(broken_plugin_message(entry.name, entry.value, exc)) from None
+
+
+def broken_plugin_message(name: str, module: str, exc: BaseException) -> str:
+    """One line: which plugin failed, why, and how to run without it."""
+    why = " ".join(f"{type(exc).__name__}: {exc}".split())
+    if len(why) > 300:
+        why = why[:297] + "..."
+    return (
+        f"sandbox plugin {name!r} ({module}) failed to load: {why}; fix or uninstall it, or"
+        f" block it with {BLOCK_ENV}={name} (serve: --block-plugin {name})"
+    )
 
 
 class SandboxManager:
@@ -63,6 +95,10 @@ class SandboxManager:
             for backend in contributed:
                 try:
                     status = backend.probe(self.host)
+                except ExecutorError as exc:  # a refusal with a reason (a bad setting, say)
+                    name = getattr(backend, "name", backend)
+                    log.error("sandbox backend %s is unavailable: %s", name, exc.message)
+                    status = BackendStatus(available=False, reason=exc.message)
                 except Exception as exc:  # a broken plugin must not take the daemon down
                     log.exception(
                         "probing sandbox backend %s failed", getattr(backend, "name", backend)
@@ -70,6 +106,64 @@ class SandboxManager:
                     status = BackendStatus(available=False, reason=f"probe failed: {exc}")
                 found.append((backend, status))
         return found
+
+    def readiness(self) -> list[tuple[int, str]]:
+        """What ``executor doctor`` would say about enforcement here, as log records
+        (level, message): a warning when no backend is available, or when some feature no
+        available backend enforces (requests that need it are refused); else what is."""
+        available = [(b, s) for b, s in self.candidates if s.available]
+        unavailable = [f"{b.name}: {s.reason}" for b, s in self.candidates if not s.available]
+        blocked = [name for name, plugin in self.pm.list_name_plugin() if plugin is None]
+        if blocked:
+            unavailable.append(f"blocked plugins: {', '.join(blocked)}")
+        if not available:
+            why = "; ".join(unavailable) or "no sandbox backend is installed"
+            return [
+                (
+                    logging.WARNING,
+                    f"no sandbox backend can enforce anything on this host ({why}): every request"
+                    " that asks for a sandbox will be refused; run `executor doctor` for details",
+                )
+            ]
+        records = [
+            (
+                logging.INFO,
+                f"sandbox backend {backend.name} enforces "
+                + (", ".join(sorted(status.features)) or "nothing"),
+            )
+            for backend, status in available
+        ]
+        enforced: set[Feature] = set()
+        for _, status in available:
+            enforced |= status.features
+        missing = {
+            feature: reason
+            for _, status in available
+            for feature, reason in status.missing.items()
+            if feature not in enforced
+        }
+        if missing:
+            what = "; ".join(f"{feature} ({reason})" for feature, reason in sorted(missing.items()))
+            records.append(
+                (
+                    logging.WARNING,
+                    f"no sandbox backend here can enforce {what}: requests that need it will be"
+                    " refused; run `executor doctor` for details",
+                )
+            )
+        if unavailable:
+            records.append((logging.DEBUG, "not in use: " + "; ".join(unavailable)))
+        return records
+
+    def log_readiness(self) -> None:
+        """Log ``readiness()`` (the daemon does at startup)."""
+        try:
+            records = self.readiness()
+        except Exception:  # a plugin's hook failed: say so, and keep serving (selection refuses)
+            log.exception("probing the sandbox backends failed")
+            return
+        for level, message in records:
+            log.log(level, "%s", message)
 
     def status_of(self, backend: SandboxBackend) -> BackendStatus:
         """The probed status of ``backend``."""
