@@ -13,7 +13,7 @@ from typing import Any
 
 from executor.errors import ProfileError, SandboxUnavailable
 from executor.sandbox.api import BackendStatus, HostInfo, SandboxBackend
-from executor.sandbox.host import LocalHost, state_directory
+from executor.sandbox.host import LocalHost, ensure_state_directory
 from executor.sandbox.limits import default_limits
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.sandbox.materialize import materialize
@@ -126,7 +126,7 @@ def _rules_for(
     profile: Profile, roots: tuple[str, ...], cwd: str, network: bool | None
 ) -> RuleSet | None:
     intent = profile.intent(workspace_roots=roots, cwd=cwd, network=network)
-    host = LocalHost(hidden_paths=(state_directory(),), cwd=cwd)
+    host = LocalHost(hidden_paths=(ensure_state_directory(),), cwd=cwd)
     rules = materialize(
         intent, host, purpose=Purpose.PROCESS, process_cwd=cwd, child_env=dict(os.environ)
     )
