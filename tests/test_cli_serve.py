@@ -117,14 +117,52 @@ def test_each_option_sets_its_field(
     assert field(DaemonConfig(), WebSocketOptions()) != expected
 
 
+# --- bad values ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["--session-ttl", "abc"],
+            "argument --session-ttl: invalid value 'abc': expected a positive number of seconds",
+        ),
+        (["--stop-grace", "0"], "argument --stop-grace: invalid value '0': expected a positive"),
+        (["--ping-interval", "nan"], "invalid value 'nan': expected a positive number of seconds"),
+        (["--close-timeout", "inf"], "invalid value 'inf': expected a positive number of seconds"),
+        (
+            ["--max-processes", "1.5"],
+            "argument --max-processes: invalid value '1.5': expected a positive integer",
+        ),
+        (["--max-frame-bytes", "-3"], "invalid value '-3': expected a positive integer"),
+        (
+            ["--ws-max-clock-skew-seconds", "x"],
+            "invalid value 'x': expected 0 or a positive whole number of seconds",
+        ),
+    ],
+    ids=lambda value: value[0] if isinstance(value, list) else "",
+)
+def test_a_bad_value_names_the_option_and_what_it_expects(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not argparse's `invalid _positive value`: the value, the option, what would do."""
+    with pytest.raises(SystemExit) as exited:
+        parse(*argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert expected in error
+    assert len(error.splitlines()) == 2  # the short usage line, then the error
+
+
 # --- the state directory -----------------------------------------------------------------------
 
 
 def test_state_dir_is_passed_on_not_put_into_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`serve --state-dir DIR` runs the daemon with DIR (resolved), and leaves this process's
-    environment as it was; without it, EXECUTOR_STATE_DIR still sets the default."""
+    """`serve --state-dir DIR` runs the daemon with DIR (its parents resolved; a symlink as
+    DIR itself is refused when the daemon checks it), and leaves this process's environment
+    as it was; without it, EXECUTOR_STATE_DIR still sets the default."""
     monkeypatch.setenv("EXECUTOR_STATE_DIR", str(tmp_path / "from-env"))
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
@@ -138,9 +176,9 @@ def test_state_dir_is_passed_on_not_put_into_the_environment(
     monkeypatch.setattr(cli, "serve", fake_serve)
     monkeypatch.setattr(cli, "configure_logging", lambda *args: None)
     before = dict(os.environ)
-    assert cli.main(["serve", "--listen", "stdio", "--state-dir", "link"]) == 0
+    assert cli.main(["serve", "--listen", "stdio", "--state-dir", "link/state"]) == 0
     assert dict(os.environ) == before
-    assert seen[0].state_dir == str((tmp_path / "real").resolve())
+    assert seen[0].state_dir == str((tmp_path / "real").resolve() / "state")
     assert cli.main(["serve", "--listen", "stdio"]) == 0
     assert seen[1].state_dir == state_directory() == str(tmp_path / "from-env")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -17,6 +18,11 @@ from executor.serve import parse_listen, serve
 from executor.transports.auth import AuthFlags, from_flags
 
 __all__ = ["build_parser", "main"]
+
+#: Extra profile directories (``:``-separated), read by ``executor.sandbox.profiles``.
+PROFILES_ENV = "EXECUTOR_PROFILES_DIR"
+
+log = logging.getLogger("executor.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,8 +38,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _missing_profile_dirs() -> list[str]:
+    """Warnings for ``EXECUTOR_PROFILES_DIR`` entries that are not directories (the profile
+    library skips them, so a typo would otherwise go unnoticed until a profile is missing)."""
+    return [
+        f"{PROFILES_ENV} names {part}, which is not a directory: no profiles are loaded from it"
+        for part in os.environ.get(PROFILES_ENV, "").split(os.pathsep)
+        if part and not os.path.isdir(part)
+    ]
+
+
 def _serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
+    for warning in _missing_profile_dirs():
+        log.warning("%s", warning)
     address = parse_listen(args.listen)
     flags = AuthFlags(
         mode=args.ws_auth,
@@ -58,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from executor import commands
 
+    if args.command in ("run", "profile", "doctor"):
+        for warning in _missing_profile_dirs():
+            print(f"executor: warning: {warning}", file=sys.stderr)
     handlers = {
         "serve": _serve,
         "run": commands.run,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 
 from executor.daemon import DaemonConfig
@@ -18,6 +19,7 @@ from executor.sandbox.limits import (
     parse_assignment,
 )
 from executor.sandbox.manager import BLOCK_ENV
+from executor.sandbox.statedir import state_path
 from executor.serve import DEFAULT_LISTEN
 from executor.transports.auth import DEFAULT_MAX_CLOCK_SKEW, Authenticator
 from executor.transports.websocket import WebSocketOptions
@@ -25,17 +27,25 @@ from executor.transports.websocket import WebSocketOptions
 __all__ = ["add_serve", "daemon_config", "websocket_options"]
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: expected a positive number of seconds"
+        )
     return value
 
 
 def _count(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a positive integer")
     return value
 
 
@@ -46,10 +56,15 @@ def _limit(text: str) -> tuple[str, int | None]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _non_negative(text: str) -> int:
-    value = int(text)
+def _whole_seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or a positive integer, got {text}")
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: expected 0 or a positive whole number of seconds"
+        )
     return value
 
 
@@ -66,6 +81,8 @@ def add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     serve = commands.add_parser(
         "serve",
         help="run the daemon",
+        # Short: a mistyped option's error is then not buried under thirty lines of usage.
+        usage="%(prog)s [OPTIONS]",
         description="Serve the exec-server protocol over WebSocket or stdio.",
         formatter_class=_DefaultsFormatter,
     )
@@ -117,7 +134,7 @@ def _add_processes(serve: argparse.ArgumentParser, daemon: DaemonConfig) -> None
     process = daemon.process
     limits.add_argument(
         "--session-ttl",
-        type=_positive,
+        type=_seconds,
         default=daemon.session_ttl,
         metavar="SECONDS",
         help="how long a detached session (and its processes) waits to be resumed; the"
@@ -125,7 +142,7 @@ def _add_processes(serve: argparse.ArgumentParser, daemon: DaemonConfig) -> None
     )
     limits.add_argument(
         "--process-retention",
-        type=_positive,
+        type=_seconds,
         default=process.exited_retention,
         metavar="SECONDS",
         help="how long an exited process stays readable before its id can be reused",
@@ -169,7 +186,7 @@ def _add_processes(serve: argparse.ArgumentParser, daemon: DaemonConfig) -> None
     )
     limits.add_argument(
         "--stop-grace",
-        type=_positive,
+        type=_seconds,
         default=process.stop_grace,
         metavar="SECONDS",
         help="SIGTERM-to-SIGKILL grace when sessions expire or the daemon stops",
@@ -220,21 +237,21 @@ def _add_websocket(serve: argparse.ArgumentParser, options: WebSocketOptions) ->
     )
     ws.add_argument(
         "--ping-interval",
-        type=_positive,
+        type=_seconds,
         default=options.ping_interval,
         metavar="SECONDS",
         help="keepalive ping period of every connection",
     )
     ws.add_argument(
         "--ping-timeout",
-        type=_positive,
+        type=_seconds,
         default=options.ping_timeout,
         metavar="SECONDS",
         help="a peer that has not answered a ping by then is dropped (its session detaches)",
     )
     ws.add_argument(
         "--close-timeout",
-        type=_positive,
+        type=_seconds,
         default=options.close_timeout,
         metavar="SECONDS",
         help="how long a closing handshake may take before the TCP connection is cut",
@@ -269,7 +286,7 @@ def _add_ws_auth(ws: argparse._ArgumentGroup) -> None:
     ws.add_argument("--ws-audience", metavar="AUDIENCE", help="required JWT `aud` claim")
     ws.add_argument(
         "--ws-max-clock-skew-seconds",
-        type=_non_negative,
+        type=_whole_seconds,
         metavar="SECONDS",
         help=f"leeway for the JWT's exp and nbf (default: {DEFAULT_MAX_CLOCK_SKEW})",
     )
@@ -369,7 +386,7 @@ def daemon_config(args: argparse.Namespace) -> DaemonConfig:
     if args.state_dir:
         # Passed on, never put into os.environ: the environment variable is the operator's
         # way to set the default, and commands the daemon starts inherit its environment.
-        config = dataclasses.replace(config, state_dir=os.path.realpath(args.state_dir))
+        config = dataclasses.replace(config, state_dir=state_path(args.state_dir))
     return config
 
 

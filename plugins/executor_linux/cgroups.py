@@ -37,7 +37,7 @@ from functools import cache
 from typing import Final
 
 from executor.sandbox import ResourceLimits
-from executor_linux.probe import LAYER_SWITCH_ENV
+from executor_linux.probe import switched_off
 
 __all__ = [
     "CgroupSupport",
@@ -220,9 +220,8 @@ def _writable(hierarchy: Hierarchy) -> str:
 @cache
 def cgroup_support() -> CgroupSupport:
     """What this host offers the daemon (probed once, without changing anything)."""
-    switch = LAYER_SWITCH_ENV["cgroups"]
-    if os.environ.get(switch, "").lower() in ("off", "0", "no"):
-        reason = f"disabled by {switch}=off"
+    reason = switched_off("cgroups")
+    if reason:
         return CgroupSupport({}, dict.fromkeys(CONTROLLERS, reason))
     found = discover(_read("/proc/self/cgroup"), _read("/proc/self/mountinfo"))
     hierarchies = dict(found.hierarchies)

@@ -9,18 +9,22 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from executor.errors import ConfigError
 from executor_linux import landlock, seccomp_policy
 
-__all__ = ["LAYER_SWITCH_ENV", "HostSupport", "host_support"]
+__all__ = ["LAYER_SWITCH_ENV", "HostSupport", "host_support", "switched_off"]
 
 #: ``EXECUTOR_LINUX_NAMESPACES=off`` / ``EXECUTOR_LINUX_LANDLOCK=off`` switch a layer off, to
 #: see (and test) what the others enforce alone; the core then refuses what they cannot.
 #: ``EXECUTOR_LINUX_CGROUPS=off`` leaves resource limits to rlimits (see ``cgroups.py``).
+#: ``0``, ``false`` and ``no`` mean off too; ``on``, ``1``, ``true``, ``yes`` or unset, on.
 LAYER_SWITCH_ENV = {
     "namespaces": "EXECUTOR_LINUX_NAMESPACES",
     "landlock": "EXECUTOR_LINUX_LANDLOCK",
     "cgroups": "EXECUTOR_LINUX_CGROUPS",
 }
+_OFF = frozenset({"0", "false", "no", "off"})
+_ON = frozenset({"", "1", "true", "yes", "on"})
 _NSPROBE = Path(__file__).with_name("nsprobe.py")
 
 
@@ -42,15 +46,28 @@ class HostSupport:
         return not self.seccomp_reason
 
 
-def _switched_off(layer: str) -> str:
+def switched_off(layer: str) -> str:
+    """Why ``layer`` is off by its switch (``LAYER_SWITCH_ENV``), or "" when it is on.
+
+    An unknown value is refused (``ConfigError``), not read as either: a typo must not leave
+    a layer on that the operator meant to turn off, or the other way round. The backend then
+    reports itself unavailable with this message, so nothing runs until it is fixed.
+    """
     name = LAYER_SWITCH_ENV[layer]
-    return (
-        f"disabled by {name}=off" if os.environ.get(name, "").lower() in ("off", "0", "no") else ""
+    value = os.environ.get(name, "")
+    word = value.strip().lower()
+    if word in _OFF:
+        return f"disabled by {name}={value}"
+    if word in _ON:
+        return ""
+    raise ConfigError(
+        f"{name}={value!r} is not understood: use off (or 0, false, no) to switch the {layer}"
+        " layer off, or on (or 1, true, yes), or leave it unset"
     )
 
 
 def _probe_namespaces() -> tuple[bool, str, bool]:
-    off = _switched_off("namespaces")
+    off = switched_off("namespaces")
     if off:
         return False, off, False
     try:
@@ -72,7 +89,7 @@ def _probe_namespaces() -> tuple[bool, str, bool]:
 
 
 def _probe_landlock() -> tuple[int, str]:
-    off = _switched_off("landlock")
+    off = switched_off("landlock")
     if off:
         return 0, off
     abi = landlock.abi_version()
