@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from executor.daemon import Daemon, DaemonConfig
 from executor.errors import ConfigError
 from executor.server import Connection
+from executor.transports.auth import Authenticator, ReloadingAuthenticator
 from executor.transports.stdio import StdioTransport, open_stdio
 from executor.transports.websocket import WebSocketOptions, WebSocketProtocol, serve_websocket
 
@@ -73,11 +74,19 @@ async def serve(
     ws_options: WebSocketOptions,
     make_daemon: Callable[[DaemonConfig], Daemon] = Daemon,
 ) -> int:
-    """Serve until SIGTERM/SIGINT (or stdin EOF for stdio); returns the exit status."""
+    """Serve until SIGTERM/SIGINT (or stdin EOF for stdio); returns the exit status.
+
+    SIGHUP re-reads the WebSocket token or shared-secret file (``_reload_credentials``); on a
+    stdio daemon, which has none, it is what it traditionally is there: the other end hung up.
+    """
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    if address.kind == "stdio":
+        loop.add_signal_handler(signal.SIGHUP, _hung_up, stop)
+    else:
+        loop.add_signal_handler(signal.SIGHUP, _reload_credentials, ws_options.auth)
     daemon = make_daemon(config)
     server: asyncio.Server | None = None
     try:
@@ -94,6 +103,30 @@ async def serve(
         if server is not None:
             await server.wait_closed()
     return 0
+
+
+def _reload_credentials(auth: Authenticator | None) -> None:
+    if not isinstance(auth, ReloadingAuthenticator):
+        log.warning(
+            "SIGHUP: nothing to reload (only credentials from --ws-token-file or"
+            " --ws-shared-secret-file are re-read)"
+        )
+        return
+    try:
+        changed = auth.reload()
+    except ConfigError as exc:
+        log.error("SIGHUP: keeping the current websocket credentials: %s", exc.message)
+        return
+    log.info(
+        "SIGHUP: reloaded the websocket credentials from %s (%s); open connections are kept",
+        auth.source,
+        "changed" if changed else "unchanged",
+    )
+
+
+def _hung_up(stop: asyncio.Event) -> None:
+    log.info("SIGHUP: the other end hung up; shutting down")
+    stop.set()
 
 
 async def _serve_stdio(daemon: Daemon, stop: asyncio.Event) -> None:

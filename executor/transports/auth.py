@@ -4,8 +4,8 @@ The upgrade request must carry ``Authorization: Bearer <token>``; what the token
 depends on the mode:
 
 * ``capability-token``: a shared secret. The daemon knows only its SHA-256 — read from a
-  file at startup (``--ws-token-file``, surrounding whitespace trimmed, never re-read) or
-  given as hex (``--ws-token-sha256``) — and compares digests in constant time.
+  file at startup (``--ws-token-file``, surrounding whitespace trimmed) or given as hex
+  (``--ws-token-sha256``) — and compares digests in constant time.
 * ``signed-bearer-token``: a JWT signed with HS256 under the secret in
   ``--ws-shared-secret-file`` (trimmed, at least 32 bytes). ``exp`` is required, ``nbf`` is
   honoured, both with ``--ws-max-clock-skew-seconds`` of leeway (default 30); ``iss`` and
@@ -16,6 +16,11 @@ depends on the mode:
 Answers and their order follow the reference (observed on v0.169.0): the scheme is
 case-insensitive, only the first ``Authorization`` header counts, and a failure is a 401
 whose ``text/plain`` body names what went wrong. ``/readyz`` stays open.
+
+Credentials read from a file can be re-read while the daemon runs (``ReloadingAuthenticator``;
+``executor serve`` does on SIGHUP), so a token is rotated without a restart: new upgrades
+need the new one, connections already open are not touched, and a new file that cannot be
+read or is not valid leaves the old credentials in place.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ __all__ = [
     "AuthFlags",
     "Authenticator",
     "CapabilityToken",
+    "ReloadingAuthenticator",
     "SignedBearerToken",
     "from_flags",
 ]
@@ -215,6 +221,30 @@ class SignedBearerToken:
         return claims if _claim_types_valid(claims) else None
 
 
+class ReloadingAuthenticator:
+    """The authenticator built from the file ``source``, rebuilt from it on ``reload()``."""
+
+    def __init__(self, load: Callable[[], Authenticator], source: str) -> None:
+        self._load = load
+        self.source = source
+        self.current = load()  # a file that is unusable now stops the daemon from starting
+
+    def refusal(self, authorization: str | None) -> str | None:
+        """Why the upgrade is refused under the credentials loaded last, or None."""
+        return self.current.refusal(authorization)
+
+    def reload(self) -> bool:
+        """Read ``source`` again; returns whether the credentials changed.
+
+        Raises ``ConfigError`` (naming the file and the problem) when the file cannot be read
+        or holds nothing valid; the credentials loaded before stay in force.
+        """
+        fresh = self._load()
+        changed = fresh != self.current
+        self.current = fresh
+        return changed
+
+
 def _is_timestamp(value: object) -> bool:
     # Whole seconds only: the reference refuses 1.5 and "1" (and so does this).
     return type(value) is int and value >= 0
@@ -277,7 +307,7 @@ def from_flags(flags: AuthFlags, *, stdio: bool) -> Authenticator | None:
     )
 
 
-def _capability_token(flags: AuthFlags) -> CapabilityToken:
+def _capability_token(flags: AuthFlags) -> Authenticator:
     if flags.jwt_flags():
         raise ConfigError(
             "`--ws-shared-secret-file`, `--ws-issuer`, `--ws-audience`, and "
@@ -286,7 +316,8 @@ def _capability_token(flags: AuthFlags) -> CapabilityToken:
     if flags.token_file is not None and flags.token_sha256 is not None:
         raise ConfigError("`--ws-token-file` and `--ws-token-sha256` are mutually exclusive")
     if flags.token_file is not None:
-        return CapabilityToken.from_file(flags.token_file)
+        path = flags.token_file
+        return ReloadingAuthenticator(lambda: CapabilityToken.from_file(path), path)
     if flags.token_sha256 is not None:
         return CapabilityToken.from_sha256(flags.token_sha256)
     raise ConfigError(
@@ -295,7 +326,7 @@ def _capability_token(flags: AuthFlags) -> CapabilityToken:
     )
 
 
-def _signed_bearer_token(flags: AuthFlags) -> SignedBearerToken:
+def _signed_bearer_token(flags: AuthFlags) -> Authenticator:
     if flags.token_flags():
         raise ConfigError(
             "`--ws-token-file` and `--ws-token-sha256` require `--ws-auth capability-token`, "
@@ -306,6 +337,11 @@ def _signed_bearer_token(flags: AuthFlags) -> SignedBearerToken:
             "`--ws-shared-secret-file` is required when `--ws-auth signed-bearer-token` is set"
         )
     skew = DEFAULT_MAX_CLOCK_SKEW if flags.max_clock_skew is None else flags.max_clock_skew
-    return SignedBearerToken.from_file(
-        flags.shared_secret_file, issuer=flags.issuer, audience=flags.audience, max_clock_skew=skew
-    )
+    path, issuer, audience = flags.shared_secret_file, flags.issuer, flags.audience
+
+    def load() -> SignedBearerToken:
+        return SignedBearerToken.from_file(
+            path, issuer=issuer, audience=audience, max_clock_skew=skew
+        )
+
+    return ReloadingAuthenticator(load, path)
