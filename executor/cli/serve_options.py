@@ -270,7 +270,7 @@ def _add_ws_auth(ws: argparse._ArgumentGroup) -> None:
     ws.add_argument(
         "--ws-token-file",
         metavar="PATH",
-        help="file holding the capability token (read at startup, whitespace trimmed)",
+        help="file holding the capability token (whitespace trimmed; re-read on SIGHUP)",
     )
     ws.add_argument(
         "--ws-token-sha256",
@@ -280,7 +280,7 @@ def _add_ws_auth(ws: argparse._ArgumentGroup) -> None:
     ws.add_argument(
         "--ws-shared-secret-file",
         metavar="PATH",
-        help="file holding the JWT signing secret (at least 32 bytes; read at startup)",
+        help="file holding the JWT signing secret (at least 32 bytes; re-read on SIGHUP)",
     )
     ws.add_argument("--ws-issuer", metavar="ISSUER", help="required JWT `iss` claim")
     ws.add_argument("--ws-audience", metavar="AUDIENCE", help="required JWT `aud` claim")
