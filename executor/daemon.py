@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from executor.environment import describe_host, environment_routes
+from executor.environment_config import environment_config_routes
 from executor.fs import fs_routes
 from executor.fs.capabilities import capability_routes
 from executor.fs.watch import SUPPORTED as WATCH_SUPPORTED
@@ -40,6 +41,7 @@ __all__ = ["IMPLEMENTED", "Daemon", "DaemonConfig"]
 IMPLEMENTED = Capabilities(
     sandboxed_file_streaming=True,
     file_write_streaming=True,
+    environment_config_read=True,
     capability_discovery_sandbox=True,
     # fs/watchMissing needs inotify (Linux); elsewhere the method answers watching: false.
     fs_watch_missing=WATCH_SUPPORTED,
@@ -119,6 +121,7 @@ class Daemon:
             route.method: route
             for route in (
                 *environment_routes(self.environment),
+                *environment_config_routes(),
                 *process_routes(),
                 *fs_routes(self.host_view),
                 *capability_routes(self.host_view),

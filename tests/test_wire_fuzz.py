@@ -126,6 +126,11 @@ class Generator:
             methods.INITIALIZED: {},
             methods.ENVIRONMENT_INFO: None,
             methods.ENVIRONMENT_STATUS: None,
+            methods.ENVIRONMENT_CONFIG_READ: {
+                "cwd": self._uri("sub"),
+                "configPaths": [["mcp_servers"], ["model"]],
+                "requirementsPaths": [["mcp_servers"]],
+            },
             methods.PROCESS_START: {
                 "processId": pid,
                 "argv": list(r.choice(PROGRAMS)),

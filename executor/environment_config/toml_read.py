@@ -52,7 +52,7 @@ class TomlError(Exception):
     def snippet(self) -> str:
         """The reference's multi-line report with a caret (requirements and project files)."""
         if self.line is None:
-            return self.message
+            return self.message + "\n"
         number = str(self.line)
         gutter = " " * (len(number) + 1)
         return (

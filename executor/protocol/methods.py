@@ -9,6 +9,7 @@ INITIALIZED: Final = "initialized"
 
 ENVIRONMENT_INFO: Final = "environment/info"
 ENVIRONMENT_STATUS: Final = "environment/status"
+ENVIRONMENT_CONFIG_READ: Final = "environmentConfig/read"
 
 PROCESS_START: Final = "process/start"
 PROCESS_READ: Final = "process/read"
@@ -49,7 +50,7 @@ _FAMILY_BY_PREFIX: Final = {
 _FAMILY_BY_NAME: Final = {
     ENVIRONMENT_INFO: "environment info",
     ENVIRONMENT_STATUS: "environment status",
-    "environmentConfig/read": "environment config",
+    ENVIRONMENT_CONFIG_READ: "environment config",
     CAPABILITY_ROOTS_DISCOVER: "capability discovery",
 }
 
