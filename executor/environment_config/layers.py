@@ -122,11 +122,11 @@ def _config_file(path: str, *, read_prefix: str | None = None) -> dict[str, Any]
         raise LoadError(exc.short(path)) from None
 
 
-def _project_file(path: str, trusted: bool) -> dict[str, Any] | None:
+def _project_file(path: str, trusted: bool, what: str) -> dict[str, Any] | None:
     try:
         text = read_text(path)
     except ReadError as exc:
-        raise LoadError(f"Failed to read project config file {path}: {exc}") from None
+        raise LoadError(f"Failed to read {what} {path}: {exc}") from None
     if text is None:
         return None
     try:
@@ -134,7 +134,7 @@ def _project_file(path: str, trusted: bool) -> dict[str, Any] | None:
     except TomlError as exc:
         if not trusted:
             return {}
-        raise LoadError(f"Error parsing project config file {path}: {exc.snippet()}") from None
+        raise LoadError(f"Error parsing {what} {path}: {exc.snippet()}") from None
 
 
 def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> None:

@@ -148,8 +148,8 @@ class TrustContext:
         return chain[::-1]
 
 
-#: Loads ``<dot_codex>/config.toml``: (path, trusted) -> table, or ``None`` when absent.
-ConfigLoader = Callable[[str, bool], "dict[str, Any] | None"]
+#: Loads a project file: (path, trusted, what it is called in errors) -> table or ``None``.
+ConfigLoader = Callable[[str, bool, str], "dict[str, Any] | None"]
 
 
 def project_layers(
@@ -165,7 +165,7 @@ def project_layers(
         if dot_codex == codex_home or _canonical(dot_codex) == home_canonical:
             continue
         trusted = context.is_trusted(directory)
-        table = load(posixpath.join(dot_codex, "config.toml"), trusted) or {}
+        table = load(posixpath.join(dot_codex, "config.toml"), trusted, "project config file") or {}
         for key in PROJECT_DENYLIST:
             table.pop(key, None)
         features = table.get("features")
@@ -179,7 +179,8 @@ def project_layers(
         layers.append(ProjectLayer(dot_codex, table))
         if hooks_folder is None:
             continue
-        root_table = load(posixpath.join(hooks_folder, "config.toml"), True) or {}
+        hooks_file = posixpath.join(hooks_folder, "config.toml")
+        root_table = load(hooks_file, True, "project hooks config file") or {}
         if "hooks" in root_table:
             layers.append(ProjectLayer(hooks_folder, {"hooks": root_table["hooks"]}))
     return layers
