@@ -13,6 +13,9 @@ Modules, each with one job:
 * ``failures`` — the reference's own error messages;
 * ``capabilities`` — ``capabilityRoots/discoverV1`` on the same resolvers, with its bounded
   reads (``capability_reads``) and a manifest's declarations (``plugin_declarations``).
+* ``watch`` — ``fs/watchMissing`` (ids and one watch per connection), with what one call
+  watches (``watch_plan``), the daemon's shared inotify descriptor (``watch_hub``) and the
+  system calls (``inotify``); docs/watch-missing.md.
 
 docs/filesystem.md records the observed reference behaviour and our deliberate differences.
 """
