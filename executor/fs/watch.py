@@ -196,8 +196,12 @@ class _Service:
         if not missing or len(missing) > self.limits.max_paths:
             return _NOT_WATCHING
         plan = await asyncio.to_thread(self._plan, missing, present)
-        if plan is None or not watches.still_latest(watch_id):
+        if plan is None:
             return _NOT_WATCHING
+        if not watches.still_latest(watch_id):
+            # A later call (sent before this answer) replaces the watch; the reference, one
+            # request at a time, would have answered this one as if it had not come yet.
+            return _WATCHING
         watch = MissingWatch(watch_id, plan.triggers, watches.fired)
         if not watches.install(watch, plan):
             return _NOT_WATCHING

@@ -247,6 +247,21 @@ def test_a_later_call_replaces_the_watch(client: WsClient, ws: Path) -> None:
     quiet(client)
 
 
+def test_pipelined_calls_are_taken_in_arrival_order(client: WsClient, ws: Path) -> None:
+    """Calls sent without waiting answer as one after the other would: the later id wins."""
+    for request_id, watch_id, name in (("w1", 1, "a"), ("w2", 2, "b"), ("w0", 1, "c")):
+        params = {"watchId": watch_id, "missing": [uri(ws / name)]}
+        client.send({"id": request_id, "method": "fs/watchMissing", "params": params})
+    assert client.response("w1")["result"] == {"watching": True}
+    assert client.response("w2")["result"] == {"watching": True}
+    assert client.response("w0")["result"] == {"watching": False}
+    (ws / "a").mkdir()
+    (ws / "c").mkdir()
+    quiet(client)
+    (ws / "b").mkdir()
+    changed(client, 2)
+
+
 def test_connections_are_independent(shared_daemon: RunningDaemon, ws: Path) -> None:
     """Two connections use the same ids; each is told about its own watch."""
     with shared_daemon.session() as first, shared_daemon.session() as second:
