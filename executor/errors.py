@@ -48,6 +48,8 @@ class ExecutorError(Exception):
     """Root of every error the executor raises deliberately."""
 
     code: ClassVar[int] = -32603
+    #: What the refusal's audit line adds (``executor.audit.annotate``): what was refused.
+    audit: dict[str, object] | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

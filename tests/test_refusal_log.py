@@ -1,4 +1,4 @@
-"""The refusal log (executor.transports.refusals): a burst per reason, then a summary line."""
+"""The refusal log (executor.audit.refusals): a burst per reason, then a summary line."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from executor.transports.refusals import RefusalLog
+from executor.audit.refusals import RefusalLog
 
 
 class FakeTimers:

@@ -38,7 +38,7 @@ from executor.transports.frames import (
     close_payload,
     frame_header,
 )
-from executor.transports.refusals import RefusalLog
+from executor.audit.refusals import RefusalLog
 
 __all__ = ["ConnectionCallbacks", "WebSocketOptions", "WebSocketProtocol", "serve_websocket"]
 

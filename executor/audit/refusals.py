@@ -4,6 +4,7 @@ Every refusal (an HTTP error answer, a WebSocket protocol error) used to log one
 client refusing to behave could fill the log, at ~15 µs per line. Here each reason logs its
 first ``burst`` refusals in a window of ``interval`` seconds as before; the rest are only
 counted, and one summary line at the end of the window says how many went unlogged.
+Lines may carry audit fields (``executor.audit``); the summary line carries its own.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 __all__ = ["DEFAULT_BURST", "DEFAULT_INTERVAL", "RefusalLog"]
 
@@ -68,8 +69,16 @@ class RefusalLog:
         self._call_later = call_later
         self._windows: dict[str, _Window] = {}
 
-    def refused(self, reason: str, level: int, message: str, *args: object) -> None:
-        """Log ``message % args`` unless ``reason`` already had its burst in this window."""
+    def refused(
+        self,
+        reason: str,
+        level: int,
+        message: str,
+        *args: object,
+        audit: dict[str, Any] | None = None,
+    ) -> None:
+        """Log ``message % args`` (with ``audit`` fields) unless ``reason`` already had its
+        burst in this window."""
         now = self._clock()
         window = self._windows.get(reason)
         if window is not None and now - window.start >= self.interval:
@@ -79,7 +88,10 @@ class RefusalLog:
             window = self._windows[reason] = _Window(now, level)
         if window.logged < self.burst:
             window.logged += 1
-            self._logger.log(level, message, *args)
+            if audit is None:
+                self._logger.log(level, message, *args)
+            else:
+                self._logger.log(level, message, *args, extra={"audit": audit})
             return
         window.suppressed += 1
         if window.timer is None:
@@ -99,4 +111,7 @@ class RefusalLog:
                 window.suppressed,
                 reason,
                 self.interval,
+                extra={
+                    "audit": {"event": "suppressed", "reason": reason, "count": window.suppressed}
+                },
             )
