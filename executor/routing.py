@@ -23,9 +23,12 @@ __all__ = ["Reply", "RequestContext", "Route", "route"]
 
 
 class RequestContext(Protocol):
-    """What a handler may use of its connection: the attached session and per-connection state."""
+    """What a handler may use of its connection: the attached session, who the peer is (for
+    the audit trail) and per-connection state."""
 
     session: Session | None
+    #: The client's address as its transport names it (``127.0.0.1:PORT``, ``stdio``).
+    peer: str
 
     def connection_scope(self) -> dict[str, Any]:
         """Per-connection state of services (e.g. open file handles), closed with it."""

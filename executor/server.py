@@ -17,6 +17,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from executor import audit
+from executor.audit.refusals import RefusalLog
 from executor.errors import ExecutorError, InvalidRequest, MethodNotFound
 from executor.protocol import jsonrpc, methods
 from executor.protocol.connection import HandshakeState, Phase
@@ -28,6 +30,9 @@ from executor.session import Session, SessionRegistry
 __all__ = ["Connection", "ConnectionHost", "MessageTransport"]
 
 log = logging.getLogger("executor.connection")
+#: Refused requests and bad messages of every connection, on the audit logger: a burst per
+#: method and code, then a count (a client refusing to behave cannot fill the log).
+_REFUSALS = RefusalLog(audit.log)
 
 
 class MessageTransport(Protocol):
@@ -82,6 +87,8 @@ class Connection:
     ) -> None:
         self.host = host
         self.transport = transport
+        #: Who is on the other end (``RequestContext.peer``), as the transport names it.
+        self.peer = transport.peer
         self.session: Session | None = None
         self.handshake = HandshakeState()
         self._parse_error_prefix = parse_error_prefix
@@ -256,15 +263,42 @@ class Connection:
             self._send(jsonrpc.encode_result(request.id, result))
 
     def _error(self, request: jsonrpc.Request, exc: ExecutorError) -> None:
-        log.info(
-            "refused %s from %s: %s %s", request.method, self.transport.peer, exc.code, exc.message
+        # The method is the peer's text: a routed one names the rate limit's key, others share one.
+        known = request.method == methods.INITIALIZE or request.method in self.host.routes
+        _REFUSALS.refused(
+            f"{request.method if known else 'unrouted'} {exc.code}",
+            logging.INFO,
+            "refused",
+            audit={
+                "event": "refused",
+                **self._origin(),
+                "method": audit.bounded(request.method, 128),
+                "code": exc.code,
+                "error": audit.bounded(exc.message),
+                **(exc.audit or {}),
+            },
         )
         self._send(jsonrpc.encode_error(request.id, exc.code, exc.message))
 
     def _out_of_band(self, exc: ExecutorError, message: str | None = None) -> None:
         text = message or exc.message
-        log.info("bad message from %s: %s", self.transport.peer, text)
+        _REFUSALS.refused(
+            f"bad message {exc.code}",
+            logging.INFO,
+            "bad message",
+            audit={
+                "event": "refused",
+                **self._origin(),
+                "code": exc.code,
+                "error": audit.bounded(text),
+            },
+        )
         self._send(jsonrpc.encode_error(jsonrpc.MALFORMED_ID, exc.code, text))
+
+    def _origin(self) -> dict[str, str]:
+        if self.session is None:
+            return {"peer": self.peer}
+        return {"session": self.session.id, "peer": self.peer}
 
     def _send(self, data: bytes) -> None:
         if not self._closed:

@@ -118,9 +118,9 @@ def test_json_logs_one_object_per_line(daemon_factory: type[RunningDaemon]) -> N
     messages = [str(entry["message"]) for entry in entries]
     assert sum("opened" in m for m in messages) == 1
     assert sum(m.startswith("connection") and m.endswith("closed") for m in messages) == 1
-    refused = [m for m in messages if m.startswith("refused")]
-    assert len(refused) == 2
-    assert any("unknown process id nope" in m for m in refused)
+    refused = [entry for entry in entries if entry.get("event") == "refused"]
+    assert len(refused) == 3  # two requests and the bad message, as audit fields
+    assert any(entry.get("error") == "unknown process id nope" for entry in refused)
     assert any("bad message" in m for m in messages)
 
 
