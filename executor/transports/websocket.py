@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol as TypingProtocol
 
+from executor.audit.refusals import RefusalLog
 from executor.transports import handshake
 from executor.transports.auth import Authenticator
 from executor.transports.frames import (
@@ -38,7 +39,6 @@ from executor.transports.frames import (
     close_payload,
     frame_header,
 )
-from executor.audit.refusals import RefusalLog
 
 __all__ = ["ConnectionCallbacks", "WebSocketOptions", "WebSocketProtocol", "serve_websocket"]
 
