@@ -6,17 +6,21 @@ a ``Resolver`` over its view, do the operation. ``OSError`` is translated here, 
 ``fs_error``. Handle bookkeeping stays on the event loop; only the I/O moves to threads.
 
 Methods on one path are rows of ``_PATH_METHODS``: a new one is a row. ``fs/copy`` (two paths)
-and the handle methods (per-connection ``HandleTable``) are written out below it.
+and the handle methods (per-connection ``HandleTable``) are written out below it. What changes
+files (write, create, remove, copy, open for writing) leaves one audit line (``executor.audit``):
+the path and sizes, never the contents.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
+from executor import audit
 from executor.errors import InvalidRequest, fs_error
 from executor.fs import copy as copying
 from executor.fs import directories, files, metadata, remove, walk
@@ -90,6 +94,13 @@ class _PathMethod(Generic[P, T]):
     operation: Callable[[P, str, FsLimits], Callable[[Resolver], T]]
     #: The wire result of what the work returned.
     render: Callable[[T], Any] = _empty
+    #: For a method that changes files: its audit fields besides the path (None: no line).
+    audit: Callable[[P], dict[str, Any]] | None = None
+
+
+def _base64_size(text: str) -> int:
+    """How many bytes ``text`` decodes to (for the audit line, without decoding it again)."""
+    return len(text) * 3 // 4 - (2 if text.endswith("==") else 1 if text.endswith("=") else 0)
 
 
 def _walk(params: fm.WalkParams, path: str, _: FsLimits) -> Callable[[Resolver], fm.WalkResult]:
@@ -117,6 +128,7 @@ _PATH_METHODS: Final = (
         lambda p, path, _: partial(
             files.write_file, path=path, data=p.data(), follow=p.follow_symlinks
         ),
+        audit=lambda p: {"bytes": _base64_size(p.data_base64)},
     ),
     _PathMethod(
         methods.FS_CREATE_DIRECTORY,
@@ -127,6 +139,7 @@ _PATH_METHODS: Final = (
             recursive=p.recursive,
             follow=p.follow_symlinks,
         ),
+        audit=lambda p: {"recursive": p.recursive},
     ),
     _PathMethod(
         methods.FS_GET_METADATA,
@@ -151,6 +164,7 @@ _PATH_METHODS: Final = (
             force=p.force,
             follow=p.follow_symlinks,
         ),
+        audit=lambda p: {"recursive": p.recursive, "force": p.force},
     ),
     _PathMethod(
         methods.FS_CANONICALIZE,
@@ -209,7 +223,17 @@ class _Service:
 
         async def handle(ctx: RequestContext, params: _PathParams) -> Any:
             intent, path = params.sandbox, parse_path_uri(params.path)
-            result = await self._run(intent, spec.operation(params, path, self.limits))
+            if spec.audit is None:
+                result = await self._run(intent, spec.operation(params, path, self.limits))
+                return spec.render(result)
+            with audit.operation(
+                _event(spec.method),
+                audit.origin(ctx),
+                path=audit.bounded(path),
+                sandbox=intent is not None,
+                **spec.audit(params),
+            ):
+                result = await self._run(intent, spec.operation(params, path, self.limits))
             return spec.render(result)
 
         return handle
@@ -222,7 +246,15 @@ class _Service:
         operation = partial(
             copying.copy, source=source, destination=destination, recursive=params.recursive
         )
-        await self._run(intent, operation)
+        with audit.operation(
+            _event(methods.FS_COPY),
+            audit.origin(ctx),
+            source=audit.bounded(source),
+            destination=audit.bounded(destination),
+            recursive=params.recursive,
+            sandbox=intent is not None,
+        ):
+            await self._run(intent, operation)
         return {}
 
     # --- handles -----------------------------------------------------------------------------
@@ -233,7 +265,8 @@ class _Service:
         handle = table.reserve(params.handle_id, params.mode)
         async with handle.turn():
             try:
-                await self._run(intent, partial(_open_handle, path=path, handle=handle))
+                with _audit_open(ctx, params, path):
+                    await self._run(intent, partial(_open_handle, path=path, handle=handle))
             except BaseException:
                 table.discard(handle)
                 raise
@@ -275,6 +308,27 @@ class _Service:
         limit = self.limits.max_block_bytes
         if not 1 <= length <= limit:
             raise InvalidRequest(f"file {kind} block length must be between 1 and {limit}")
+
+
+def _event(method: str) -> str:
+    """The audit event of a method: ``fs/writeFile`` is ``fs.writeFile``."""
+    return method.replace("/", ".")
+
+
+def _audit_open(
+    ctx: RequestContext, params: fm.OpenParams, path: str
+) -> AbstractContextManager[object]:
+    """One audit line per file opened for writing (not one per block written to it)."""
+    if params.mode is fm.OpenMode.READ:
+        return nullcontext()
+    return audit.operation(
+        _event(methods.FS_OPEN),
+        audit.origin(ctx),
+        path=audit.bounded(path),
+        mode=params.mode.value,
+        handleId=audit.bounded(params.handle_id),
+        sandbox=params.sandbox is not None,
+    )
 
 
 def _open_handle(resolver: Resolver, *, path: str, handle: Handle) -> None:

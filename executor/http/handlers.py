@@ -6,6 +6,10 @@ notifications from a task the connection's ``StreamTable`` owns. The answer is w
 that task starts (``Reply.after``), so no delta can overtake it. A stream's deltas belong to
 the connection that asked — not to its session — so when the connection goes away its
 streams are cancelled and their sockets closed.
+
+Each request leaves one audit line (``executor.audit``) when it is answered, or for a stream
+when its body ends: the method, scheme, host, port and path — not the query, which often
+carries credentials — the status, the body sizes and the duration; no header, no body.
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ import asyncio
 import functools
 import os
 import ssl
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from executor.errors import InternalError, InvalidParams
+from executor import audit
+from executor.errors import ExecutorError, InternalError, InvalidParams
 from executor.http.client import BodyFailure, BodyTooLarge, Exchange, HttpFailure, ResponseHead
-from executor.http.params import HttpRequestParams, prepare
+from executor.http.params import HttpRequestParams, OutgoingRequest, prepare
 from executor.http.policy import HttpPolicy
 from executor.http.pools import pool_for
 from executor.protocol import b64codec, jsonrpc, methods
@@ -62,30 +69,49 @@ class StreamTable:
         """Free ``request_id`` for a new stream."""
         self._active.discard(request_id)
 
-    def start(self, request_id: str, exchange: Exchange, client: Attachment) -> None:
-        """Pump the body of ``exchange`` to ``client`` (called once the answer is written)."""
+    def start(
+        self,
+        request_id: str,
+        exchange: Exchange,
+        client: Attachment,
+        ended: Callable[[int, str | None], None] | None = None,
+    ) -> None:
+        """Pump the body of ``exchange`` to ``client`` (called once the answer is written);
+        ``ended`` hears the bytes sent and the error, if any, when the stream is over."""
         if self._closed:
             exchange.close()
+            if ended is not None:
+                ended(0, "connection closed")
             return
         task = asyncio.get_running_loop().create_task(
-            self._pump(request_id, exchange, client), name=f"http/request {request_id}"
+            self._pump(request_id, exchange, client, ended), name=f"http/request {request_id}"
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _pump(self, request_id: str, exchange: Exchange, client: Attachment) -> None:
-        seq, error = 0, None
+    async def _pump(
+        self,
+        request_id: str,
+        exchange: Exchange,
+        client: Attachment,
+        ended: Callable[[int, str | None], None] | None,
+    ) -> None:
+        seq, error, sent, finished = 0, None, 0, False
         try:
             while data := await exchange.read(DELTA_BYTES):
                 seq += 1
+                sent += len(data)
                 client.notify(methods.HTTP_BODY_DELTA, _delta(request_id, seq, data, None))
                 await _drained(client)
+            finished = True
         except BodyFailure as exc:
-            error = exc.detail
+            error, finished = exc.detail, True
         finally:
             exchange.close()
             # Free the id first: a client reacting to the final delta may reuse it at once.
             self.release(request_id)
+            if ended is not None:
+                ended(sent, error if finished else "connection closed")
         client.notify(methods.HTTP_BODY_DELTA, _delta(request_id, seq + 1, b"", error))
 
     def close(self) -> None:
@@ -157,6 +183,18 @@ async def _fetch(exchange: Exchange, limit: int) -> tuple[ResponseHead, bytes]:
         ) from exc
 
 
+def _target(request: OutgoingRequest) -> dict[str, Any]:
+    """Where a request goes, as audit fields: no query, no credentials."""
+    url = request.url
+    return {
+        "scheme": url.scheme,
+        "host": audit.bounded(url.host, 256),
+        "port": url.port,
+        "path": audit.bounded(url.path),
+        "requestBytes": len(request.body),
+    }
+
+
 async def http_request(ctx: RequestContext, params: HttpRequestParams, policy: HttpPolicy) -> Any:
     """``http/request`` under ``policy``: validate, send, then answer buffered or start a stream."""
     if not policy.enabled:
@@ -164,33 +202,57 @@ async def http_request(ctx: RequestContext, params: HttpRequestParams, policy: H
     assert ctx.session is not None  # the handshake gate guarantees an attached session
     # The session's own pool: no connection ever carries another session's exchanges.
     pool = pool_for(ctx.session, policy, _tls_context)
+    origin = audit.origin(ctx)
+    method = audit.bounded(params.method, 64)
     if not params.stream_response:
-        request = prepare(params, policy, os.environ)
-        exchange = Exchange(request, pool, check_host=policy.check_host)
-        try:
-            head, body = await _fetch(exchange, policy.max_buffered_bytes)
-        finally:
-            exchange.close()
+        with audit.operation("http.request", origin, method=method) as fields:
+            request = prepare(params, policy, os.environ)
+            fields.update(_target(request))
+            exchange = Exchange(request, pool, check_host=policy.check_host)
+            try:
+                head, body = await _fetch(exchange, policy.max_buffered_bytes)
+            finally:
+                exchange.close()
+            fields.update(status=head.status, responseBytes=len(body))
         return jsonrpc.Spliced((_head_json(head), b64codec.encode(body), b'"}'))
     streams = _streams(ctx)
     streams.reserve(params.request_id)  # before validation, as the reference checks it first
+    started = time.monotonic()
+    described: dict[str, Any] = {"method": method, "stream": True}
     try:
         request = prepare(params, policy, os.environ)
+        described.update(_target(request))
         exchange = Exchange(request, pool, check_host=policy.check_host)
         try:
             head = await _open(exchange)
         except BaseException:
             exchange.close()
             raise
+    except ExecutorError as exc:
+        streams.release(params.request_id)
+        audit.annotate(exc, "http.request", **described, durationMs=audit.duration_ms(started))
+        raise
     except BaseException:
         streams.release(params.request_id)
         raise
+
+    def ended(sent: int, error: str | None) -> None:
+        audit.record(
+            "http.request",
+            origin,
+            **described,
+            status=head.status,
+            responseBytes=sent,
+            error=None if error is None else audit.bounded(error),
+            durationMs=audit.duration_ms(started),
+        )
+
     # The connection is its session's Attachment; deltas go to it, never to a later one.
     client = cast("Attachment", ctx)
     result = {"status": head.status, "headers": _header_list(head), "bodyBase64": ""}
     return Reply(
         result,
-        functools.partial(streams.start, params.request_id, exchange, client),
+        functools.partial(streams.start, params.request_id, exchange, client, ended),
     )
 
 

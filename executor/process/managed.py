@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from executor import proctree
+from executor import audit, proctree
 from executor.output import DetachedOutput, OutputLog
 from executor.process.confinement import ConfinedCommand
 from executor.process.stdin import Stdin
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
     from executor.process.table import ProcessTable
 
 __all__ = ["MAX_WAIT_MS", "ManagedProcess", "Notifier", "exit_code_from_status"]
-
-log = logging.getLogger("executor.process")
 
 #: Longest ``process/read`` long poll; larger ``waitMs`` values are clamped to it.
 MAX_WAIT_MS = 3_600_000
@@ -105,6 +103,9 @@ class ManagedProcess:
         self._grace: asyncio.TimerHandle | None = None
         self._reap: asyncio.TimerHandle | None = None
         self.launch: Launch | None = None
+        #: Who started it, for the audit line of its exit.
+        self.origin: audit.Origin | None = None
+        self._started_at = 0.0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -120,6 +121,7 @@ class ManagedProcess:
         """The command runs; watch for its exit."""
         self.pid, self.supervisor, self.launch = pid, supervisor, launch
         self.starting = False
+        self._started_at = time.monotonic()
         launch.exited.add_done_callback(self._on_exit_status)
 
     def announce(self) -> None:
@@ -249,14 +251,19 @@ class ManagedProcess:
             linux=self.confined.linux,
         )
         self.sandbox_denied = verdict.denied
-        if verdict.denied:
-            # The verdict with what was enforced: an operator can tell which layer said no.
-            log.info(
-                "process %s exited %s: sandbox denial (%s) under %s",
-                self.process_id,
-                code,
-                verdict.reason,
-                self.enforced or self.confined.summary,
+        if audit.enabled():
+            # A denial comes with what was enforced: an operator can tell which layer said no.
+            audit.record(
+                "process.exit",
+                self.origin,
+                processId=audit.bounded(self.process_id),
+                pid=self.pid,
+                **audit.exit_fields(self._exit_status),
+                sandboxDenied=verdict.denied,
+                denial=verdict.reason if verdict.denied else None,
+                enforcement=(self.enforced or self.confined.summary) if verdict.denied else None,
+                failure=self.failure,
+                durationMs=audit.duration_ms(self._started_at),
             )
         seq = self.log.mark_exited(code)
         self._emit(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from executor import audit
 from executor.process.table import ProcessTable
 from executor.protocol import messages as m
 from executor.protocol import methods
@@ -19,7 +20,7 @@ def _processes(ctx: RequestContext) -> ProcessTable:
 
 
 async def _start(ctx: RequestContext, params: m.StartParams) -> Reply:
-    result, process = await _processes(ctx).start(params)
+    result, process = await _processes(ctx).start(params, audit.origin(ctx))
     return Reply(result.to_wire(), process.announce)
 
 

@@ -8,7 +8,7 @@ import os
 import signal
 from collections.abc import Callable
 
-from executor import envpolicy, proctree
+from executor import audit, envpolicy, proctree
 from executor.errors import InvalidParams, InvalidRequest, spawn_error
 from executor.process.confinement import ConfinedCommand, Confinement
 from executor.process.limits import LiveProcessCounter, ProcessLimits
@@ -89,8 +89,32 @@ class ProcessTable:
         argv = params.argv if params.arg0 is None else (params.arg0, *params.argv[1:])
         return Command(executable=executable, argv=argv, env=env, cwd=cwd, tty=params.tty)
 
-    async def start(self, params: StartParams) -> tuple[StartResult, ManagedProcess]:
-        """Start a process; nothing is added to the table if it fails to start."""
+    async def start(
+        self, params: StartParams, origin: audit.Origin | None = None
+    ) -> tuple[StartResult, ManagedProcess]:
+        """Start a process for ``origin``; nothing is added to the table if it fails to start.
+
+        One audit line says what started, under what; a refusal carries the same fields.
+        """
+        with audit.operation(
+            "process.start",
+            origin,
+            processId=audit.bounded(params.process_id),
+            **audit.bounded_argv(params.argv),
+            arg0=None if params.arg0 is None else audit.bounded(params.arg0),
+            cwd=audit.bounded(params.cwd),
+            tty=params.tty,
+        ) as fields:
+            result, process = await self._start(params)
+            process.origin = origin
+            confined = process.confined
+            fields["cwd"] = audit.bounded(confined.request.cwd)
+            fields["pid"] = process.pid
+            fields["sandboxType"] = confined.sandbox_type.value
+            fields["enforcement"] = process.enforced or confined.summary
+        return result, process
+
+    async def _start(self, params: StartParams) -> tuple[StartResult, ManagedProcess]:
         if params.process_id in self._processes:
             raise InvalidRequest(f"process {params.process_id} already exists")
         command = self._command(params)
