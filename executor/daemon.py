@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from executor.environment import describe_host, environment_routes
 from executor.environment_config import environment_config_routes
+from executor.errors import ConfigError
+from executor.floor import PolicyFloor
 from executor.fs import fs_routes
 from executor.fs.capabilities import capability_routes
 from executor.fs.watch import SUPPORTED as WATCH_SUPPORTED
@@ -69,6 +72,13 @@ class DaemonConfig:
     http: HttpPolicy = field(default_factory=HttpPolicy)
     #: Resource limits of every sandboxed command (wire requests carry none).
     sandbox_limits: ResourceLimits = field(default_factory=default_limits)
+    #: The policy floor: a profile (name or file) confining every request at least (None:
+    #: requests without ``sandbox`` run unconfined, as on the reference).
+    require_sandbox: str | None = None
+    #: What the floor's ``:workspace_roots`` binds to (never a client's workspace roots).
+    workspace_roots: tuple[str, ...] = ()
+    #: fnmatch patterns (case-sensitive) of variables never passed to any command.
+    env_deny: tuple[str, ...] = ()
 
     def capabilities(self) -> Capabilities:
         """``IMPLEMENTED``, plus what this configuration turns on."""
@@ -111,8 +121,9 @@ class Daemon:
         # Say at startup what `executor doctor` would: a daemon that can enforce nothing
         # must not look like one that can (on the loop's next turn; the probe is cached).
         self.loop.call_soon(self.sandbox.log_readiness)
+        self.floor = self._load_floor(config)
         self.confinement: Confinement = confinement or SandboxConfinement(
-            self.sandbox, self.host_view, config.sandbox_limits
+            self.sandbox, self.host_view, config.sandbox_limits, self.floor
         )
         self.counter = LiveProcessCounter(config.process.max_total)
         self.environment = describe_host(capabilities or config.capabilities())
@@ -123,10 +134,10 @@ class Daemon:
                 *environment_routes(self.environment),
                 *environment_config_routes(),
                 *process_routes(),
-                *fs_routes(self.host_view),
-                *capability_routes(self.host_view),
-                *watch_routes(),
-                *http_routes(config.http),
+                *fs_routes(self.host_view, floor=self.floor),
+                *capability_routes(self.host_view, floor=self.floor),
+                *watch_routes(readable=self._floor_readable()),
+                *http_routes(config.http, self.floor.http_refusal() if self.floor else None),
                 *(extra_routes or []),
             )
         }
@@ -142,6 +153,28 @@ class Daemon:
         self._background: set[asyncio.Task[Any]] = set()
         self._executor_env = dict(os.environ)
 
+    def _load_floor(self, config: DaemonConfig) -> PolicyFloor | None:
+        """The policy floor, checked at startup: one this host cannot enforce, or that
+        confines nothing, stops ``serve`` (``ConfigError``) instead of refusing every call."""
+        if config.require_sandbox is None:
+            if config.workspace_roots:
+                raise ConfigError("--workspace only applies with --require-sandbox")
+            return None
+        floor = PolicyFloor.load(config.require_sandbox, workspace_roots=config.workspace_roots)
+        floor.confirm(self.host_view, self.sandbox)
+        log.info(
+            "every request is confined at least by the required sandbox %s (%s)",
+            floor.name,
+            floor.profile.source,
+        )
+        return floor
+
+    def _floor_readable(self) -> Callable[[str], bool] | None:
+        floor = self.floor
+        if floor is None:
+            return None
+        return functools.partial(floor.allows_reading, self.host_view)
+
     def _make_processes(self, session: Session) -> ProcessTable:
         return ProcessTable(
             spawner=self.spawner,
@@ -151,6 +184,7 @@ class Daemon:
             limits=self.config.process,
             executor_env=self._executor_env,
             reaped=self.reclaimer.request,
+            env_deny=self.config.env_deny,
         )
 
     def _session_expired(self, session: Session) -> None:

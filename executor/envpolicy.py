@@ -21,6 +21,7 @@ __all__ = [
     "CORE_VARIABLES",
     "DEFAULT_EXCLUDES",
     "build_environment",
+    "deny_variables",
     "find_program",
     "validate_command",
 ]
@@ -72,6 +73,20 @@ def build_environment(
         result = {k: v for k, v in result.items() if _matches(k, policy.include_only)}
     result.update(env)
     return result
+
+
+def deny_variables(env: Mapping[str, str], patterns: Iterable[str]) -> dict[str, str]:
+    """``env`` without the names matching ``patterns`` (``serve --env-deny``): fnmatch globs,
+    case-sensitive as names are. Applied to the finished environment, ``env`` and ``set``
+    included, so no ``envPolicy`` a client sends brings such a variable back."""
+    denied = tuple(patterns)
+    if not denied:
+        return dict(env)
+    return {
+        name: value
+        for name, value in env.items()
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in denied)
+    }
 
 
 def validate_command(

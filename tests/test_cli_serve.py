@@ -103,6 +103,9 @@ OPTIONS: list[tuple[list[str], Callable[[DaemonConfig, WebSocketOptions], Any], 
         (ipaddress.ip_network("10.0.0.0/8"),),
     ),
     (["--http-max-buffered-bytes", "18"], lambda d, w: d.http.max_buffered_bytes, 18),
+    (["--require-sandbox", "read-only"], lambda d, w: d.require_sandbox, "read-only"),
+    (["--workspace", "/srv/ws"], lambda d, w: d.workspace_roots, ("/srv/ws",)),
+    (["--env-deny", "AWS_*"], lambda d, w: d.env_deny, ("AWS_*",)),
 ]
 
 

@@ -92,6 +92,7 @@ def add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     _add_daemon(serve, daemon)
     _add_processes(serve, daemon)
     _add_sandboxed(serve)
+    _add_floor(serve, daemon)
     _add_websocket(serve, WebSocketOptions())
     _add_http(serve, daemon.http)
 
@@ -216,6 +217,40 @@ def _add_sandboxed(serve: argparse.ArgumentParser) -> None:
         type=_limit,
         metavar="NAME=VALUE",
         help=help_text.replace("%", "%%"),  # help strings are %-formatted
+    )
+
+
+def _add_floor(serve: argparse.ArgumentParser, daemon: DaemonConfig) -> None:
+    floor = serve.add_argument_group(
+        "policy floor",
+        "What no request may exceed, whatever the client sends (docs/operating.md, section"
+        " Policy floor).",
+    )
+    floor.add_argument(
+        "--require-sandbox",
+        default=daemon.require_sandbox,
+        metavar="PROFILE",
+        help="confine every process/start, fs/* call, capability discovery and http/request"
+        " at least by this profile (a name, or a .toml file): a request without a sandbox runs"
+        " under it, one whose sandbox grants more anywhere is refused (-32602, naming the"
+        " reads, writes or network it would exceed); http/request is refused when the profile"
+        " has no network",
+    )
+    floor.add_argument(
+        "--workspace",
+        action="append",
+        default=list(daemon.workspace_roots),
+        metavar="DIR",
+        help="a workspace root the required sandbox's :workspace_roots binds to; repeatable"
+        " (without any, :workspace_roots expands to nothing; a client's roots never count)",
+    )
+    floor.add_argument(
+        "--env-deny",
+        action="append",
+        default=list(daemon.env_deny),
+        metavar="PATTERN",
+        help="never pass variables whose name matches this glob (case-sensitive, e.g."
+        " 'AWS_*') to any command, whatever its envPolicy or env says; repeatable",
     )
 
 
@@ -377,6 +412,9 @@ def daemon_config(args: argparse.Namespace) -> DaemonConfig:
             max_buffered_bytes=args.http_max_buffered_bytes,
         ),
         sandbox_limits=default_limits().replace(**dict(args.limit)),
+        require_sandbox=args.require_sandbox,
+        workspace_roots=tuple(args.workspace),
+        env_deny=tuple(args.env_deny),
         secret_files=tuple(
             os.path.realpath(path)
             for path in (args.ws_token_file, args.ws_shared_secret_file)

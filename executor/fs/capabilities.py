@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote_to_bytes
 
 from executor.errors import ExecutorError, InvalidParams, InvalidRequest, os_error_message
+from executor.floor import PolicyFloor
 from executor.fs import metadata, walk
 from executor.fs.capability_reads import Budget, FileReader
 from executor.fs.handlers import request_resolver
@@ -272,8 +273,9 @@ class _Resolvers:
     """One resolver per distinct sandbox of a request (a client sends the same sandbox with
     every root; materializing it, deny-glob scan included, once is enough)."""
 
-    def __init__(self, host: HostView) -> None:
+    def __init__(self, host: HostView, floor: PolicyFloor | None = None) -> None:
         self.host = host
+        self.floor = floor
         self._made: dict[SandboxIntent | None, Resolver | ExecutorError | OSError] = {}
 
     def get(self, intent: SandboxIntent | None) -> Resolver:
@@ -281,7 +283,7 @@ class _Resolvers:
         made = self._made.get(intent)
         if made is None:
             try:
-                made = request_resolver(self.host, intent)
+                made = request_resolver(self.host, intent, self.floor)
             except (OSError, ExecutorError) as exc:
                 made = exc
             self._made[intent] = made
@@ -317,13 +319,18 @@ def _discover_root(
 
 
 def discover(
-    host: HostView, params: CapabilityRootsDiscoverParams, limits: DiscoveryLimits
+    host: HostView,
+    params: CapabilityRootsDiscoverParams,
+    limits: DiscoveryLimits,
+    floor: PolicyFloor | None = None,
 ) -> dict[str, Any]:
-    """The wire result for ``params`` (blocking: run it in a worker thread)."""
+    """The wire result for ``params`` (blocking: run it in a worker thread); every root is
+    read through its sandbox, and at least through ``floor`` (a root whose sandbox exceeds
+    it fails, as one whose sandbox cannot be materialized does)."""
     answer_budget = Budget(
         limits.max_request_bytes, "capability discovery answer exceeds the {limit}-byte limit"
     )
-    resolvers = _Resolvers(host)
+    resolvers = _Resolvers(host, floor)
     try:
         roots = tuple(
             _discover_root(resolvers, root, limits, answer_budget) for root in params.roots
@@ -342,12 +349,14 @@ def _check(params: CapabilityRootsDiscoverParams, limits: DiscoveryLimits) -> No
         raise InvalidRequest(f"capability root discovery accepts at most {limits.max_roots} roots")
 
 
-def capability_routes(host: HostView, limits: DiscoveryLimits | None = None) -> list[Route]:
-    """The route of ``capabilityRoots/discoverV1`` on ``host``."""
+def capability_routes(
+    host: HostView, limits: DiscoveryLimits | None = None, floor: PolicyFloor | None = None
+) -> list[Route]:
+    """The route of ``capabilityRoots/discoverV1`` on ``host`` (under ``floor``, if any)."""
     bounds = limits or DiscoveryLimits()
 
     async def handle(ctx: RequestContext, params: CapabilityRootsDiscoverParams) -> Any:
         _check(params, bounds)
-        return await asyncio.to_thread(discover, host, params, bounds)
+        return await asyncio.to_thread(discover, host, params, bounds, floor)
 
     return [route(methods.CAPABILITY_ROOTS_DISCOVER, CapabilityRootsDiscoverParams, handle)]

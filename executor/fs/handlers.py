@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from executor import audit
 from executor.errors import InvalidRequest, fs_error
+from executor.floor import PolicyFloor
 from executor.fs import copy as copying
 from executor.fs import directories, files, metadata, remove, walk
 from executor.fs.aliases import alias_paths
+from executor.fs.floor import floored_resolver
 from executor.fs.handles import DEFAULT_MAX_HANDLES, Handle, HandleTable
 from executor.fs.resolve import Resolver
 from executor.fs.view import SandboxView
@@ -178,9 +180,14 @@ _PATH_METHODS: Final = (
 # --- running the work -------------------------------------------------------------------------
 
 
-def request_resolver(host: HostView, intent: SandboxIntent | None) -> Resolver:
+def request_resolver(
+    host: HostView, intent: SandboxIntent | None, floor: PolicyFloor | None = None
+) -> Resolver:
     """A resolver for a request's ``sandbox``: a sandbox view unless the filesystem is
-    unrestricted (capability discovery builds one per root the same way)."""
+    unrestricted (capability discovery builds one per root the same way). Under a ``floor``
+    (``serve --require-sandbox``) no call goes past it (``floor.py``)."""
+    if floor is not None:
+        return floored_resolver(host, intent, floor)
     if intent is None:
         return Resolver()
     rules = materialize(intent, host, purpose=Purpose.FILESYSTEM)
@@ -189,10 +196,15 @@ def request_resolver(host: HostView, intent: SandboxIntent | None) -> Resolver:
     return Resolver(SandboxView(rules, alias_paths(intent, host)))
 
 
-def _work(host: HostView, intent: SandboxIntent | None, operation: Callable[[Resolver], T]) -> T:
+def _work(
+    host: HostView,
+    intent: SandboxIntent | None,
+    operation: Callable[[Resolver], T],
+    floor: PolicyFloor | None = None,
+) -> T:
     """Run ``operation`` in the request's view (called in a worker thread)."""
     try:
-        with request_resolver(host, intent) as resolver:
+        with request_resolver(host, intent, floor) as resolver:
             return operation(resolver)
     except OSError as exc:
         raise fs_error(exc) from exc
@@ -201,12 +213,13 @@ def _work(host: HostView, intent: SandboxIntent | None, operation: Callable[[Res
 class _Service:
     """The handlers, sharing this host's view and one set of limits."""
 
-    def __init__(self, host: HostView, limits: FsLimits) -> None:
+    def __init__(self, host: HostView, limits: FsLimits, floor: PolicyFloor | None) -> None:
         self.host = host
         self.limits = limits
+        self.floor = floor
 
     async def _run(self, intent: SandboxIntent | None, operation: Callable[[Resolver], T]) -> T:
-        return await asyncio.to_thread(_work, self.host, intent, operation)
+        return await asyncio.to_thread(_work, self.host, intent, operation, self.floor)
 
     def _handles(self, ctx: RequestContext) -> HandleTable:
         scope = ctx.connection_scope()
@@ -341,9 +354,12 @@ def _open_handle(resolver: Resolver, *, path: str, handle: Handle) -> None:
     handle.attach(fd)
 
 
-def fs_routes(host: HostView, limits: FsLimits | None = None) -> list[Route]:
-    """The routes of every filesystem method on ``host`` (``fs/watchMissing`` is absent)."""
-    service = _Service(host, limits or FsLimits())
+def fs_routes(
+    host: HostView, limits: FsLimits | None = None, floor: PolicyFloor | None = None
+) -> list[Route]:
+    """The routes of every filesystem method on ``host`` (``fs/watchMissing`` is absent),
+    confined at least by ``floor`` when the operator requires one."""
+    service = _Service(host, limits or FsLimits(), floor)
     return [
         *(route(spec.method, spec.params, service.path_handler(spec)) for spec in _PATH_METHODS),
         route(methods.FS_COPY, fm.CopyParams, service.copy),

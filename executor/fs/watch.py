@@ -168,9 +168,14 @@ def _parse_targets(params: FsWatchMissingParams) -> tuple[list[str], str | None]
 
 
 class _Service:
-    def __init__(self, limits: WatchLimits) -> None:
+    def __init__(self, limits: WatchLimits, readable: Callable[[str], bool] | None) -> None:
         self.limits = limits
         self.hub = WatchHub(limits.max_directories)
+        #: Under a policy floor: whether it lets a call read a path (else nothing is watched).
+        self.readable = readable
+
+    def _hidden(self, paths: list[str]) -> bool:
+        return self.readable is not None and not all(self.readable(path) for path in paths)
 
     def _watches(self, ctx: RequestContext) -> ConnectionWatches:
         scope = ctx.connection_scope()
@@ -195,6 +200,10 @@ class _Service:
         missing, present = targets
         if not missing or len(missing) > self.limits.max_paths:
             return _NOT_WATCHING
+        watched = [*missing, *(() if present is None else (present,))]
+        if await asyncio.to_thread(self._hidden, watched):
+            # Whether a path exists, and when it changes, is what the floor keeps from reads.
+            return _NOT_WATCHING
         plan = await asyncio.to_thread(self._plan, missing, present)
         if plan is None:
             return _NOT_WATCHING
@@ -212,7 +221,10 @@ class _Service:
         return Reply(_WATCHING, watch.activate)
 
 
-def watch_routes(limits: WatchLimits | None = None) -> list[Route]:
-    """The route of ``fs/watchMissing``."""
-    service = _Service(limits or WatchLimits())
+def watch_routes(
+    limits: WatchLimits | None = None, readable: Callable[[str], bool] | None = None
+) -> list[Route]:
+    """The route of ``fs/watchMissing``; with ``readable`` (a policy floor's test), paths it
+    refuses are not watched (``watching: false``)."""
+    service = _Service(limits or WatchLimits(), readable)
     return [route(methods.FS_WATCH_MISSING, FsWatchMissingParams, service.watch_missing)]

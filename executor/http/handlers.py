@@ -256,10 +256,13 @@ async def http_request(ctx: RequestContext, params: HttpRequestParams, policy: H
     )
 
 
-def http_routes(policy: HttpPolicy) -> list[Route]:
-    """The ``http/request`` route, under the operator's ``policy``."""
+def http_routes(policy: HttpPolicy, refusal: str | None = None) -> list[Route]:
+    """The ``http/request`` route, under the operator's ``policy``; ``refusal`` says why every
+    request is refused (a policy floor that restricts the network)."""
 
     async def handle(ctx: RequestContext, params: HttpRequestParams) -> Any:
+        if refusal is not None:
+            raise InvalidParams(refusal)
         return await http_request(ctx, params, policy)
 
     return [route(methods.HTTP_REQUEST, HttpRequestParams, handle)]

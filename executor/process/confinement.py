@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from executor.errors import InvalidParams, SandboxUnavailable
+from executor.floor import PolicyFloor
 from executor.protocol.intent import SandboxIntent
 from executor.protocol.messages import SandboxType, StartParams
 from executor.sandbox.api import LaunchPlan
@@ -101,12 +102,19 @@ class SandboxConfinement:
     """The ``Confinement`` of the daemon: enforce sandbox intent or refuse it."""
 
     def __init__(
-        self, manager: SandboxManager, host: HostView, limits: ResourceLimits | None = None
+        self,
+        manager: SandboxManager,
+        host: HostView,
+        limits: ResourceLimits | None = None,
+        floor: PolicyFloor | None = None,
     ) -> None:
         self.manager = manager
         self.host = host
         #: What every sandboxed command gets: a wire request carries no limits of its own.
         self.limits = limits if limits is not None else default_limits()
+        #: The operator's required sandbox (``serve --require-sandbox``): every command runs
+        #: under it or under a sandbox that grants no more.
+        self.floor = floor
 
     def rules_for(self, intent: SandboxIntent, command: Command) -> RuleSet | None:
         """Materialized rules of ``intent`` for ``command`` (None: sandbox disabled)."""
@@ -130,7 +138,13 @@ class SandboxConfinement:
         self, intent: SandboxIntent | None, command: Command, *, label: str
     ) -> ConfinedCommand:
         """Confine ``command`` to ``intent`` (None: unsandboxed), or raise to refuse it."""
-        rules = None if intent is None else self.rules_for(intent, command)
+        if self.floor is not None:
+            floored = self.floor.process_rules(intent, self.host, cwd=command.cwd, env=command.env)
+            rules: RuleSet | None = replace(floored, limits=self.limits)
+            if intent is None:
+                label = f"{label} (under the required sandbox {self.floor.name})"
+        else:
+            rules = None if intent is None else self.rules_for(intent, command)
         if rules is None:
             return ConfinedCommand(request=command, sandbox_type=SandboxType.NONE, sandboxed=False)
         plan, request = plan_command(self.manager, rules, command)

@@ -46,6 +46,7 @@ class ProcessTable:
         limits: ProcessLimits | None = None,
         executor_env: dict[str, str] | None = None,
         reaped: Callable[[], None] | None = None,
+        env_deny: tuple[str, ...] = (),
     ) -> None:
         self.spawner = spawner
         self.confinement = confinement
@@ -55,6 +56,8 @@ class ProcessTable:
         self.executor_env = dict(os.environ) if executor_env is None else executor_env
         #: Called after an exited process's retained output was dropped (memory to reclaim).
         self.reaped = reaped
+        #: Variables never passed to a command, whatever its ``envPolicy`` (``--env-deny``).
+        self.env_deny = env_deny
         self._processes: dict[str, ManagedProcess] = {}
         self._live = 0
 
@@ -81,6 +84,7 @@ class ProcessTable:
                 f"cwd URI `{params.cwd}` is not valid on this exec-server host: {exc.message}"
             ) from None
         env = envpolicy.build_environment(params.env, params.env_policy, self.executor_env)
+        env = envpolicy.deny_variables(env, self.env_deny)
         envpolicy.validate_command(params.argv, env, self.limits.max_command_bytes, params.arg0)
         try:
             executable = envpolicy.find_program(params.argv[0], env, self.executor_env)
