@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import os
+import stat
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from executor.errors import ProfileError, SandboxUnavailable
+from executor.errors import InternalError, ProfileError, SandboxUnavailable
 from executor.sandbox.api import BackendStatus, HostInfo, SandboxBackend
 from executor.sandbox.host import LocalHost, ensure_state_directory
 from executor.sandbox.limits import default_limits
@@ -153,9 +155,20 @@ def _network(args: argparse.Namespace) -> bool | None:
     return None if value is None else value == "on"
 
 
+def _directory(option: str, path: str) -> None:
+    """Refuse a ``--cwd``/``--workspace`` that is not a directory, naming the option: the
+    launch would only report the bare OS error (exit 125, like any launch failure)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise InternalError(f"{option} {path}: {exc.strerror}") from None
+    if not stat.S_ISDIR(mode):
+        raise InternalError(f"{option} {path}: {os.strerror(errno.ENOTDIR)}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run a command locally under a profile; its exit code is ours."""
-    from executor.runner import RunRequest, run_command
+    from executor.runner import RunRequest, child_environment, run_command
 
     argv = list(args.argv)
     if argv and argv[0] == "--":
@@ -163,13 +176,22 @@ def run(args: argparse.Namespace) -> int:
     if not argv:
         print("executor run: give the command after --", file=sys.stderr)
         return 2
+    profile = default_library().get(args.profile)
+    for path in args.workspace or []:
+        _directory("--workspace", path)
+    if args.cwd:
+        _directory("--cwd", args.cwd)
     roots = _roots(args)
     cwd = os.path.realpath(args.cwd or (roots[0] if roots else os.getcwd()))
+    env = child_environment(
+        os.environ, args.env or [], clear=args.clearenv, inherit=args.inherit_env
+    )
     request = RunRequest(
-        profile=default_library().get(args.profile),
+        profile=profile,
         argv=tuple(argv),
         workspace_roots=roots,
         cwd=cwd,
+        env=env,
         network=_network(args),
         verbose=args.verbose,
         tty=args.tty if args.tty is not None else sys.stdin.isatty() and sys.stdout.isatty(),
@@ -192,24 +214,56 @@ def _backend_json(
     }
 
 
+def _selection(
+    manager: SandboxManager, args: argparse.Namespace
+) -> tuple[SandboxBackend | None, str | None, bool]:
+    """The backend selected, why there is none, and whether that is a refusal: for
+    ``--profile``, as ``run`` and the daemon select for it; without, what the selection
+    hooks pick for a restricted filesystem."""
+    if args.profile is None:
+        chosen: SandboxBackend | None = manager.pm.hook.executor_select_backend(
+            rules=RuleSet(filesystem_restricted=True),
+            host=manager.host,
+            candidates=manager.candidates,
+        )
+        return chosen, None, False
+    profile = _load_profile(args.profile)
+    roots = _roots(args)
+    cwd = os.path.realpath(args.cwd or (roots[0] if roots else os.getcwd()))
+    try:
+        rules = _rules_for(profile, roots, cwd, None)
+        if rules is None:
+            return None, "no sandbox (type disabled): no backend is used", False
+        return manager.select(rules), None, False
+    except SandboxUnavailable as exc:
+        return None, exc.message, True
+
+
 def backends(args: argparse.Namespace) -> int:
-    """List discovered backends, which one is selected, and what each enforces here."""
+    """List discovered backends, which one is selected (for ``--profile``: the one that
+    profile would use), and what each enforces here."""
     manager = _manager()
     plugins = [
         name
         for name, plugin in manager.pm.list_name_plugin()
         if plugin is not None and name != "executor-defaults"
     ]
-    probe_rules = RuleSet(filesystem_restricted=True)
-    selected = manager.pm.hook.executor_select_backend(
-        rules=probe_rules, host=manager.host, candidates=manager.candidates
-    )
+    selected, why_none, refused = _selection(manager, args)
     found = [_backend_json(backend, status, selected) for backend, status in manager.candidates]
     if args.json:
         blocked = list(blocked_from_env())
         chosen = selected.name if selected is not None else None
-        _emit({"plugins": plugins, "blocked": blocked, "selected": chosen, "backends": found})
-        return 0
+        _emit(
+            {
+                "plugins": plugins,
+                "blocked": blocked,
+                "profile": args.profile,
+                "selected": chosen,
+                "reason": why_none,
+                "backends": found,
+            }
+        )
+        return 1 if refused else 0
     print(f"plugins (entry-point group executor.sandbox): {', '.join(plugins) or 'none'}")
     if blocked_from_env():
         print(f"blocked: {', '.join(blocked_from_env())}")
@@ -223,7 +277,13 @@ def backends(args: argparse.Namespace) -> int:
                 print(f"    cannot enforce {feature}: {reason}")
         for key, value in row["details"].items():
             print(f"    {key}: {value}")
-    return 0
+    if args.profile is None:
+        print("*: selected for a restricted filesystem (--profile NAME: for one profile)")
+    elif selected is not None:
+        print(f"*: selected for profile {args.profile}")
+    else:
+        print(f"profile {args.profile}: {'REFUSED — ' if refused else ''}{why_none}")
+    return 1 if refused else 0
 
 
 def _doctor_row(name: str, source: str) -> dict[str, Any]:

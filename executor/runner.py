@@ -3,7 +3,12 @@
 The command goes through the same confinement as a ``process/start`` (intent parsing,
 materialization, backend selection, launch plan, launcher server); its stdin is ours, its
 stdout and stderr are relayed (and kept, bounded, for the denial classifier), and its exit
-code becomes ours.
+code becomes ours. A command that cannot start is reported naming what failed (the
+program, the working directory) and nothing runs.
+
+Its environment is ours without the variables the daemon's default secret excludes drop
+(``envpolicy.DEFAULT_EXCLUDES``, as for an ``envPolicy`` without
+``ignoreDefaultExcludes``), plus what ``--env`` sets (``child_environment``).
 
 In a terminal (stdin and stdout both are one, or ``--tty``) the command gets a terminal of
 its own, as a ``tty: true`` process does: ours is put in raw mode and every byte is relayed
@@ -14,31 +19,77 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import os
 import pty
+import re
 import signal
 import struct
 import sys
 import termios
 import tty
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from executor import envpolicy, proctree
-from executor.errors import spawn_error
+from executor.errors import ConfigError, InternalError
 from executor.output import OutputLog
 from executor.process import ConfinedCommand, exit_code_from_status
 from executor.process.confinement import SandboxConfinement
-from executor.protocol.messages import Stream
+from executor.protocol.messages import EnvPolicy, Inherit, Stream
+from executor.sandbox.api import SandboxBackend
 from executor.sandbox.command import Command
-from executor.sandbox.denial import classify
+from executor.sandbox.denial import KEYWORDS, Verdict, classify
 from executor.sandbox.host import LocalHost, ensure_state_directory
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.sandbox.profiles import Profile
-from executor.spawn.spawner import Launch, Spawner
+from executor.sandbox.rules import RuleSet
+from executor.spawn.spawner import Launch, LaunchFailed, Spawner
 
-__all__ = ["RunRequest", "run_command"]
+__all__ = ["ChildEnvironment", "RunRequest", "child_environment", "run_command"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChildEnvironment:
+    """The command's environment, and which of ours it does not get."""
+
+    env: dict[str, str]
+    #: Our variables left out because they look like secrets (names only, sorted).
+    withheld: tuple[str, ...] = ()
+
+
+def child_environment(
+    ours: Mapping[str, str], settings: Sequence[str], *, clear: bool, inherit: bool
+) -> ChildEnvironment:
+    """The environment ``executor run`` gives the command.
+
+    It starts from ``ours`` (nothing with ``clear``) minus the names the daemon's default
+    secret excludes match (kept with ``inherit``), then applies ``settings``: ``NAME=VALUE``
+    sets a variable, ``NAME`` copies ours (left unset when we have none). What ``settings``
+    names always gets through, secret-looking or not: asking by name is the way to pass one.
+    The filtering is the daemon's own (``envpolicy.build_environment``), so ``run`` and an
+    ``envPolicy`` without ``ignoreDefaultExcludes`` agree on what a secret looks like.
+    """
+    explicit: dict[str, str] = {}
+    for setting in settings:
+        name, sep, value = setting.partition("=")
+        if not name or "\0" in setting:
+            raise ConfigError(f"--env {setting!r}: expected NAME=VALUE or NAME")
+        if sep:
+            explicit[name] = value
+        elif name in ours:
+            explicit[name] = ours[name]
+    policy = EnvPolicy(
+        inherit=Inherit.NONE if clear else Inherit.ALL,
+        ignore_default_excludes=inherit,
+        exclude=(),
+        set={},
+        include_only=(),
+    )
+    env = envpolicy.build_environment(explicit, policy, ours)
+    withheld = () if clear else tuple(sorted(name for name in ours if name not in env))
+    return ChildEnvironment(env, withheld)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,50 +100,121 @@ class RunRequest:
     argv: tuple[str, ...]
     workspace_roots: tuple[str, ...]
     cwd: str
+    #: The command's environment (``child_environment``); ``None``: ours, unfiltered.
+    env: ChildEnvironment | None = None
     network: bool | None = None
     verbose: bool = False
     #: Give the command a terminal of its own (relayed through ours).
     tty: bool = False
 
 
-def confine(request: RunRequest, manager: SandboxManager | None = None) -> ConfinedCommand:
-    """Resolve and confine the command as the daemon would (raises to refuse)."""
-    manager = manager or SandboxManager(get_plugin_manager(blocked_from_env()))
+class _RecordingManager(SandboxManager):
+    """The daemon's manager, remembering which backend it selected (for ``-v``)."""
+
+    selected: SandboxBackend | None = None
+
+    def select(self, rules: RuleSet) -> SandboxBackend:
+        """Select as the daemon does; remember the choice."""
+        self.selected = super().select(rules)
+        return self.selected
+
+
+def confine(request: RunRequest) -> tuple[ConfinedCommand, str | None]:
+    """Resolve and confine the command as the daemon would (raises to refuse); the
+    confined command and the name of the backend that planned it (``None``: unsandboxed)."""
+    manager = _RecordingManager(get_plugin_manager(blocked_from_env()))
     confinement = SandboxConfinement(
         manager, LocalHost(hidden_paths=(ensure_state_directory(),)), limits=request.profile.limits
     )
-    env = dict(os.environ)
+    env = dict(os.environ) if request.env is None else dict(request.env.env)
+    name = request.argv[0]
     try:
-        executable = envpolicy.find_program(request.argv[0], env, env)
-    except OSError as exc:
-        raise spawn_error(exc) from None
+        executable = envpolicy.find_program(name, env, os.environ)
+    except FileNotFoundError:
+        raise InternalError(f"{name}: command not found") from None
     command = Command(
         executable=executable, argv=request.argv, env=env, cwd=request.cwd, tty=request.tty
     )
     intent = request.profile.intent(
         workspace_roots=request.workspace_roots, cwd=request.cwd, network=request.network
     )
-    return confinement.enforce(intent, command, label="executor run")
+    confined = confinement.enforce(intent, command, label="executor run")
+    backend = manager.selected.name if confined.sandboxed and manager.selected else None
+    return confined, backend
 
 
 async def run_command(request: RunRequest) -> int:
-    """Run ``request`` and return the command's exit code."""
-    confined = confine(request)
+    """Run ``request`` and return the command's exit code.
+
+    A command that could not start raises ``InternalError`` naming what failed: the
+    program, the working directory, or the sandbox layer (``LaunchFailed.stage``)."""
+    confined, backend = confine(request)
     if request.verbose:
-        print(
-            f"executor: sandbox {confined.sandbox_type.value}: "
-            f"{confined.summary or 'nothing enforced'}",
-            file=sys.stderr,
-        )
+        _print_plan(request, confined, backend)
     spawner = Spawner()
     try:
         if request.tty:
             return await _run_in_terminal(confined, spawner, request.verbose)
         return await _run(confined, spawner, request.verbose)
+    except LaunchFailed as exc:
+        raise InternalError(_launch_failure(exc, request, confined)) from None
     finally:
         spawner.close()
         if confined.release is not None:
             confined.release()
+
+
+def _print_plan(request: RunRequest, confined: ConfinedCommand, backend: str | None) -> None:
+    """``-v``: who enforces what, and which of our variables the command does not get."""
+    if backend is None:
+        print(f"executor: profile {request.profile.name}: no sandbox", file=sys.stderr)
+    else:
+        print(
+            f"executor: profile {request.profile.name}: backend {backend}, sandbox "
+            f"{confined.sandbox_type.value}: {confined.summary or 'nothing enforced'}",
+            file=sys.stderr,
+        )
+    if request.env is not None and request.env.withheld:
+        print(
+            "executor: not passed to the command (they look like secrets; --env NAME passes"
+            f" one, --inherit-env all): {', '.join(request.env.withheld)}",
+            file=sys.stderr,
+        )
+
+
+def _launch_failure(exc: LaunchFailed, request: RunRequest, confined: ConfinedCommand) -> str:
+    """One line naming what could not be used, and the likely cause when the sandbox is."""
+    reason = os.strerror(exc.error) if exc.error else exc.detail or "failed"
+    if exc.stage == "exec":
+        path = confined.request.executable
+        what = (
+            f"{path}: {reason}"
+            if exc.error == errno.ENOENT
+            else f"{path}: cannot execute: {reason}"
+        )
+    elif exc.stage == "chdir":
+        path = request.cwd
+        what = f"working directory {path}: {reason}"
+    else:
+        return exc.message  # names the layer: "failed to start the command: <stage>: ..."
+    outside = os.path.join(request.cwd, path)  # a relative program is relative to the cwd
+    if not (os.path.exists(outside) and os.access(outside, os.X_OK)):
+        return what  # the OS error says it all: not there, or not executable even outside
+    interpreter = exc.stage == "exec" and exc.error == errno.ENOENT
+    if not confined.sandboxed:
+        return f"{what} (is the interpreter on its #! line missing?)" if interpreter else what
+    if exc.error not in (errno.ENOENT, errno.EACCES):
+        return what
+    # It is there and usable outside: the profile hides it or withholds a right on it.
+    name = request.profile.name
+    cause = (
+        f"profile {name} may hide it"
+        if exc.error == errno.ENOENT
+        else (f"profile {name} may not allow it")
+    )
+    if interpreter:
+        cause += ", or the interpreter on its #! line is missing"
+    return f"{what} (it exists outside the sandbox: {cause}; see `executor profile explain {name}`)"
 
 
 def _print_observed(launch: Launch, verbose: bool) -> None:
@@ -130,15 +252,33 @@ async def _run(confined: ConfinedCommand, spawner: Spawner, verbose: bool) -> in
 
 
 def _verdict(confined: ConfinedCommand, code: int, log: OutputLog) -> int:
+    output = log.all_output()
     verdict = classify(
-        sandboxed=confined.sandboxed, exit_code=code, output=log.all_output(), linux=confined.linux
+        sandboxed=confined.sandboxed, exit_code=code, output=output, linux=confined.linux
     )
     if verdict.denied:
         print(
-            f"executor: the sandbox denied an operation (exit {code}, {verdict.reason})",
+            "executor: the sandbox probably denied something "
+            f"(heuristic: {_evidence(verdict, code, output)})",
             file=sys.stderr,
         )
     return code
+
+
+def _evidence(verdict: Verdict, code: int, output: bytes) -> str:
+    """What the shared heuristic (``sandbox.denial``) went by, in words: the exit code and
+    the keyword it found in the output, as the output spells it. It cannot tell a denial
+    from a command that printed such a word and failed for another reason, hence "probably"."""
+    text = output.decode("utf-8", "replace")
+    for keyword, reason in KEYWORDS:
+        if reason != verdict.reason:
+            continue
+        found = re.search(re.escape(keyword), text, re.IGNORECASE)
+        if found is not None:
+            return f'exit {code} and "{found.group()}" in the output'
+    if verdict.reason == "sigsys":
+        return f"exit {code}, that is SIGSYS, the signal seccomp kills forbidden system calls with"
+    return f"exit {code}, {verdict.reason}"
 
 
 async def _run_in_terminal(confined: ConfinedCommand, spawner: Spawner, verbose: bool) -> int:

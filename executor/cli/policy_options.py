@@ -89,7 +89,16 @@ def add_policy_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "run",
         help="run a command locally under a profile, exactly as the daemon would",
         description="Run ARGV under a sandbox profile. The exit code is the command's; when the "
-        "sandbox denied something, one line on stderr says so.",
+        "sandbox probably denied something, one line on stderr says so and what the guess "
+        'went by (a heuristic: exit code and words such as "Permission denied" in the '
+        "output).",
+        epilog="Environment: the command gets yours, except variables whose names look like "
+        "secrets (*KEY*, *SECRET*, *TOKEN*, any case; the daemon's default excludes for an "
+        "envPolicy) — pass one with --env NAME, all with --inherit-env. --clearenv starts "
+        "from nothing, not even PATH (the program is still looked up on yours). "
+        "Exit status: the command's; 125 when it could not be started (the message names "
+        "the program, directory or sandbox layer at fault) or the sandbox cannot be "
+        "enforced here; 2 for a usage error or a profile that does not load.",
     )
     run.add_argument("--profile", required=True, help="profile name (see `executor profile list`)")
     _add_workspace(run)
@@ -97,7 +106,28 @@ def add_policy_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "--network", choices=["on", "off"], help="override the profile's network setting"
     )
     run.add_argument(
-        "--verbose", "-v", action="store_true", help="print what is enforced before running"
+        "--env",
+        action="append",
+        metavar="NAME[=VALUE]",
+        help="set NAME in the command's environment; NAME alone copies yours (secret-looking "
+        "or not; left unset if you have none); repeatable",
+    )
+    environment = run.add_mutually_exclusive_group()
+    environment.add_argument(
+        "--clearenv",
+        action="store_true",
+        help="start the command's environment empty (no PATH either): only --env variables",
+    )
+    environment.add_argument(
+        "--inherit-env",
+        action="store_true",
+        help="pass your whole environment, secret-looking variables included",
+    )
+    run.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="print the backend and what it enforces, and the variables left out, before running",
     )
     run.add_argument(
         "--tty",
@@ -108,8 +138,21 @@ def add_policy_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
 
     backends = commands.add_parser(
-        "backends", help="discovered sandbox backends and what each enforces here"
+        "backends",
+        help="discovered sandbox backends and what each enforces here",
+        description="The sandbox plugins found (entry-point group executor.sandbox), each "
+        "backend with what it enforces on this host, and which one is selected (*): for a "
+        "restricted filesystem, or with --profile for that profile, as `run` and the daemon "
+        "would select it.",
+        epilog="Exit status: 0; 1 when --profile names a profile this host cannot enforce "
+        "(the reason is printed); 2 when the profile does not load.",
     )
+    backends.add_argument(
+        "--profile",
+        metavar="PROFILE",
+        help="mark the backend this profile would use (a name, or the path of a .toml file)",
+    )
+    _add_workspace(backends)
     _add_json(backends)
     doctor = commands.add_parser(
         "doctor",

@@ -205,7 +205,8 @@ def test_backends_json() -> None:
     """Each backend with the same keys; `selected` names the one marked selected."""
     status, found = as_json("backends")
     assert status == 0
-    assert set(found) == {"plugins", "blocked", "selected", "backends"}
+    assert set(found) == {"plugins", "blocked", "profile", "selected", "reason", "backends"}
+    assert found["profile"] is None and found["reason"] is None
     assert "linux" in found["plugins"]
     keys = {"name", "module", "selected", "available", "reason", "features", "missing", "details"}
     assert all(set(row) == keys for row in found["backends"])
