@@ -282,6 +282,11 @@ def test_capability_discovery_reads_through_the_floor(custom: WsClient, scene: S
     # for a root whose own sandbox denies it.
     assert not denied["skills"] and "failed to scan capability path" in denied["warnings"][0]
     assert allowed["error"] is None and allowed["warnings"] == []
+    weaker = context(managed(special("root", "read")), cwd=str(scene.root))
+    (alone,) = custom.request(
+        "capabilityRoots/discoverV1", {"roots": [{**roots[1], "sandbox": weaker}]}
+    )["roots"]
+    assert f"{REFUSED} `floor-test`" in alone["error"]
     assert [s["instructions"]["contents"] for s in allowed["skills"]] == ["open skill"]
 
 

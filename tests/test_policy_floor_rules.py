@@ -15,7 +15,7 @@ from executor.errors import ConfigError, InvalidParams
 from executor.floor import PolicyFloor, excesses
 from executor.protocol.intent import Access, NetworkMode, SandboxIntent, parse_permissions
 from executor.protocol.intent import parse_sandbox as parse_intent
-from executor.sandbox.profiles import Profile
+from executor.sandbox.profiles import Profile, ProfileLibrary, shipped_directory
 from executor.sandbox.rules import PathKind, PathRule, RuleSet
 from tests.sandbox.fakehost import FakeHost
 from tests.sandbox.wire import REAL_CLIENT_SANDBOX, context, glob, managed, path, special
@@ -136,6 +136,21 @@ def test_the_reference_clients_workspace_sandbox_fits_a_workspace_floor_on_the_s
     rules = process(floor, intent, {"TMPDIR": "/daemon-tmp"})
     assert rules.access_of("/ws/src") is Access.WRITE
     assert rules.access_of("/ws/.envrc") is Access.READ  # the floor's protected name
+
+
+def test_the_reference_clients_modes_under_the_shipped_workspace_floor() -> None:
+    """The shipped ``workspace`` floor over /ws (its many protected names, pins, ``:tmpdir``):
+    Codex's workspace-write sandbox on /ws runs, its read-only one runs, full access does not."""
+    shipped = ProfileLibrary([shipped_directory()]).get("workspace")
+    floor = floor_of(shipped, workspace_roots=("/ws",))
+    wire = {**REAL_CLIENT_SANDBOX, "cwd": "file:///ws", "workspaceRoots": ["file:///ws"]}
+    rules = process(floor, parse_intent(wire), {"TMPDIR": "/daemon-tmp"})
+    assert rules.access_of("/ws/src") is Access.WRITE
+    assert rules.access_of("/ws/.bashrc") is Access.READ  # a shipped protected name
+    read_only = {**wire, "permissions": managed(special("root", "read"))}
+    assert process(floor, parse_intent(read_only)).access_of("/ws") is Access.READ
+    full = {**wire, "permissions": {"type": "disabled"}}
+    assert "reads, writes and network" in refusal(floor, parse_intent(full))
 
 
 # --- weaker is refused, on the materialized rules ---------------------------------------------
