@@ -54,7 +54,7 @@ def daemon() -> Iterator[RunningDaemon]:
     """A JSON-logging daemon that may reach loopback, with a secret in its environment."""
     running = RunningDaemon(
         ["--log-format", "json", "--http-allow-private", "--http-header-env-var", "AUDIT_TOKEN"],
-        env={"AUDIT_DAEMON_SECRET": DAEMON_ENV_SECRET, "AUDIT_TOKEN": ENV_HEADER_SECRET},
+        env={"AUDIT_DAEMON_MARKER": DAEMON_ENV_SECRET, "AUDIT_TOKEN": ENV_HEADER_SECRET},
     )
     yield running
     running.stop()
@@ -83,10 +83,14 @@ def audit_records(daemon: RunningDaemon) -> list[dict[str, Any]]:
 
 def wait_for(daemon: RunningDaemon, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
     """The first audit record ``match`` accepts (it may still be on its way to the log)."""
-    found: list[dict[str, Any]] = []
-    eventually(lambda: bool(found.extend(r for r in audit_records(daemon) if match(r)) or found))
-    assert found, audit_records(daemon)[-5:]
-    return found[0]
+
+    def first() -> dict[str, Any] | None:
+        return next((r for r in audit_records(daemon) if match(r)), None)
+
+    eventually(lambda: first() is not None)
+    found = first()
+    assert found is not None, audit_records(daemon)[-5:]
+    return found
 
 
 def assert_no_secret(daemon: RunningDaemon) -> None:
@@ -99,7 +103,7 @@ def test_a_process_start_and_exit(daemon: RunningDaemon, client: tuple[WsClient,
     connection, session = client
     connection.run(
         "audited",
-        ["/bin/sh", "-c", 'test -n "$AUDIT_DAEMON_SECRET" && exit 3'],
+        ["/bin/sh", "-c", 'test -n "$AUDIT_DAEMON_MARKER" && exit 3'],
         cwd="file:///tmp",
         env={"CHILD_SECRET": CHILD_ENV_SECRET, "PATH": "/usr/bin:/bin"},
         envPolicy={
@@ -113,7 +117,7 @@ def test_a_process_start_and_exit(daemon: RunningDaemon, client: tuple[WsClient,
     start = wait_for(daemon, lambda r: r["event"] == "process.start" and r["session"] == session)
     assert start["message"] == "process.start"
     assert start["processId"] == "audited"
-    assert start["argv"] == ["/bin/sh", "-c", 'test -n "$AUDIT_DAEMON_SECRET" && exit 3']
+    assert start["argv"] == ["/bin/sh", "-c", 'test -n "$AUDIT_DAEMON_MARKER" && exit 3']
     assert start["cwd"] == "/tmp"
     assert PEER.fullmatch(start["peer"])
     assert start["sandboxType"] == "none"
