@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from executor import __version__
 from executor.cli.policy_options import add_policy_commands
+from executor.cli.serve_config import parse_with_config
 from executor.cli.serve_options import add_serve, daemon_config, websocket_options
 from executor.errors import ConfigError, ExecutorError
 from executor.logs import configure_logging
@@ -70,7 +71,12 @@ def _serve(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``executor`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parse_with_config(parser, argv)
+    except ConfigError as exc:  # serve --config: the file, the key, what is wrong
+        print(f"executor: {exc.message}", file=sys.stderr)
+        return 2
     if args.command is None:
         parser.print_help()
         return 2

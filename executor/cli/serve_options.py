@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import math
 import os
+from collections.abc import Callable
 
 from executor.daemon import DaemonConfig
 from executor.http.policy import HttpPolicy, IPNetwork, parse_network
@@ -68,6 +69,15 @@ def _whole_seconds(text: str) -> int:
     return value
 
 
+#: The TOML types a ``--config`` file may give for an option, by the option's ``type``; an
+#: option whose type is not here takes a string, as on the command line.
+CONFIG_VALUE_TYPES: dict[Callable[[str], object], tuple[type, ...]] = {
+    _seconds: (int, float),
+    _count: (int,),
+    _whole_seconds: (int,),
+}
+
+
 class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows a default only where there is one worth reading (not None, [] or a flag's False)."""
 
@@ -83,18 +93,31 @@ def add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="run the daemon",
         # Short: a mistyped option's error is then not buried under thirty lines of usage.
         usage="%(prog)s [OPTIONS]",
-        description="Serve the exec-server protocol over WebSocket or stdio.",
+        description="Serve the exec-server protocol over WebSocket or stdio. Every option can"
+        " also be set in a TOML file (--config); options given here override it.",
         formatter_class=_DefaultsFormatter,
     )
     # Every default below is read from the configuration it ends up in, so that it lives in
     # one place; `tests/test_cli_serve.py` holds the two together.
     daemon = DaemonConfig()
+    _add_config(serve)
     _add_daemon(serve, daemon)
     _add_processes(serve, daemon)
     _add_sandboxed(serve)
     _add_floor(serve, daemon)
     _add_websocket(serve, WebSocketOptions())
     _add_http(serve, daemon.http)
+
+
+def _add_config(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--config",
+        metavar="FILE",
+        help="read options from this TOML file: each key is an option's name without the"
+        ' leading -- (session-ttl = 80, listen = "ws://127.0.0.1:8765"), a list for a'
+        ' repeatable one (block-plugin = ["macos"]), true/false for a switch; an option'
+        " also given on the command line overrides the file's value (a list as a whole)",
+    )
 
 
 def _add_daemon(serve: argparse.ArgumentParser, daemon: DaemonConfig) -> None:
