@@ -21,7 +21,13 @@ from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugi
 from executor.sandbox.materialize import materialize
 from executor.sandbox.profile_report import enforcement, explain, explain_lines, limits_json
 from executor.sandbox.profile_report import summary as profile_summary
-from executor.sandbox.profiles import InvalidProfile, Problem, Profile, default_library
+from executor.sandbox.profiles import (
+    InvalidProfile,
+    Problem,
+    Profile,
+    default_library,
+    load_profile,
+)
 from executor.sandbox.purpose import Purpose
 from executor.sandbox.rules import RuleSet
 from executor.spawn.spawner import native_launcher
@@ -112,18 +118,6 @@ def profile_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_profile(spec: str) -> Profile:
-    """A profile by name, or from a file when ``spec`` is a path (has a ``/`` or ends in
-    ``.toml``); a file's ``extends`` resolves against the library and its own directory."""
-    if os.sep not in spec and not spec.endswith(".toml"):
-        return default_library().get(spec)
-    path = Path(spec).absolute()
-    profile, problems = default_library(extra=[path.parent]).check(path)
-    if profile is None:
-        raise InvalidProfile(problems)
-    return profile
-
-
 def _rules_for(
     profile: Profile, roots: tuple[str, ...], cwd: str, network: bool | None
 ) -> RuleSet | None:
@@ -138,7 +132,7 @@ def _rules_for(
 def profile_explain(args: argparse.Namespace) -> int:
     """Print the materialized rules of a profile on this host, and who enforces them; exit 1
     when this host would refuse it."""
-    profile = _load_profile(args.name)
+    profile = load_profile(args.name)
     roots = _roots(args)
     cwd = os.path.realpath(args.cwd or (roots[0] if roots else os.getcwd()))
     rules = _rules_for(profile, roots, cwd, _network(args))
@@ -227,7 +221,7 @@ def _selection(
             candidates=manager.candidates,
         )
         return chosen, None, False
-    profile = _load_profile(args.profile)
+    profile = load_profile(args.profile)
     roots = _roots(args)
     cwd = os.path.realpath(args.cwd or (roots[0] if roots else os.getcwd()))
     try:

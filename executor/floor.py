@@ -33,7 +33,6 @@ import os
 import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Final
 
 from executor.errors import ConfigError, ExecutorError, InvalidParams, ProfileError
@@ -47,11 +46,11 @@ from executor.sandbox.denyglobs import static_prefix
 from executor.sandbox.hostview import HostView
 from executor.sandbox.manager import SandboxManager
 from executor.sandbox.materialize import materialize
-from executor.sandbox.profiles import InvalidProfile, Profile, default_library
+from executor.sandbox.profiles import Profile, load_profile
 from executor.sandbox.purpose import Purpose
 from executor.sandbox.rules import RuleOrigin, RuleSet
 
-__all__ = ["Excess", "PolicyFloor", "excesses", "load_profile"]
+__all__ = ["Excess", "PolicyFloor", "excesses"]
 
 #: Examples named per kind of excess in a refusal (the rest are counted).
 _EXAMPLES: Final = 3
@@ -168,20 +167,6 @@ def _refusal(name: str, found: list[Excess]) -> InvalidParams:
 
 
 # --- the floor ----------------------------------------------------------------------------------
-
-
-def load_profile(spec: str) -> Profile:
-    """A profile by name, or from a file when ``spec`` is a path (has a ``/`` or ends in
-    ``.toml``), as ``executor profile explain`` loads one; ``ProfileError`` if it cannot."""
-    if os.sep not in spec and not spec.endswith(".toml"):
-        return default_library().get(spec)
-    path = Path(spec).absolute()
-    if not path.is_file():
-        raise ProfileError(f"profile file {spec} does not exist")
-    profile, problems = default_library(extra=[path.parent]).check(path)
-    if profile is None:
-        raise InvalidProfile(problems)
-    return profile
 
 
 def _workspace_root(path: str) -> str:

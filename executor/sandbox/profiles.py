@@ -81,6 +81,7 @@ __all__ = [
     "ProfileLibrary",
     "default_library",
     "load_file",
+    "load_profile",
     "read_file",
     "shipped_directory",
 ]
@@ -358,3 +359,17 @@ def default_library(extra: list[Path] | None = None) -> ProfileLibrary:
     directories += [Path(part) for part in env.split(os.pathsep) if part]
     directories += extra or []
     return ProfileLibrary(directories)
+
+
+def load_profile(spec: str) -> Profile:
+    """A profile by name, or from a file when ``spec`` is a path (has a ``/`` or ends in
+    ``.toml``; its ``extends`` resolve against the library and its own directory)."""
+    if os.sep not in spec and not spec.endswith(".toml"):
+        return default_library().get(spec)
+    path = Path(spec).absolute()
+    if not path.is_file():
+        raise ProfileError(f"profile file {spec} does not exist")
+    profile, problems = default_library(extra=[path.parent]).check(path)
+    if profile is None:
+        raise InvalidProfile(problems)
+    return profile
