@@ -148,7 +148,8 @@ class SandboxConfinement:
         if rules is None:
             return ConfinedCommand(request=command, sandbox_type=SandboxType.NONE, sandboxed=False)
         plan, request = plan_command(self.manager, rules, command)
-        log.info("%s: %s", label, plan.report.summary())
+        # Debug only: the audit trail's process.start line carries the same summary.
+        log.debug("%s: %s", label, plan.report.summary())
         return ConfinedCommand(
             request=request,
             sandbox_type=plan.sandbox_type,
