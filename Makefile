@@ -31,6 +31,8 @@ $(VENV)/bin/python:
 # setup.py and launcher.c too: an editable install compiles the native launcher in place.
 $(VENV)/.installed: $(VENV)/bin/python pyproject.toml setup.py executor/spawn/launcher.c
 	@scripts/ensure-system-deps.sh
+	@# Venvs made before the distribution was renamed hold it under its old name too.
+	@$(BIN)/python -m pip uninstall --quiet --yes executor >&2 2>/dev/null || true
 	@$(BIN)/python -m pip install --quiet -e '.[fast]' >&2
 	@touch $@
 
