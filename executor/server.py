@@ -124,10 +124,7 @@ class Connection:
                 except Exception as exc:
                     self._failed(message, exc)
                     return
-                if type(result) is Reply or type(result) is jsonrpc.Spliced:
-                    self._respond(message, result)
-                else:
-                    self._send(jsonrpc.encode_result(message.id, result))
+                self._respond(message, result)
                 return
             self._request(message)
         elif type(message) is jsonrpc.Notification:
