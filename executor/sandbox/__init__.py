@@ -33,6 +33,13 @@ from executor.sandbox.api import (
 from executor.sandbox.hookspecs import ENTRY_POINT_GROUP, hookimpl, hookspec
 from executor.sandbox.host import minimal_paths
 from executor.sandbox.limits import ResourceLimits
+from executor.sandbox.network import (
+    NetworkAccess,
+    NetworkPolicy,
+    NetworkRoute,
+    host_pattern_problem,
+    pattern_matches,
+)
 from executor.sandbox.rules import (
     Feature,
     GlobClass,
@@ -55,7 +62,10 @@ __all__ = [
     "GlobClass",
     "HostInfo",
     "LaunchPlan",
+    "NetworkAccess",
     "NetworkMode",
+    "NetworkPolicy",
+    "NetworkRoute",
     "PathKind",
     "PathRule",
     "ResourceLimits",
@@ -68,6 +78,8 @@ __all__ = [
     "glob_class",
     "hookimpl",
     "hookspec",
+    "host_pattern_problem",
     "is_within",
     "minimal_paths",
+    "pattern_matches",
 ]

@@ -17,6 +17,7 @@ from functools import cached_property
 
 from executor.protocol.intent import Access, NetworkMode
 from executor.sandbox.limits import ResourceLimits, default_limits
+from executor.sandbox.network import NetworkRoute
 
 __all__ = [
     "Feature",
@@ -64,6 +65,10 @@ class Feature(enum.StrEnum):
     MISSING_PATH_PROTECTION = "missing-path-protection"
     #: no network at all (except what the command's own Unix socketpairs carry)
     NETWORK_BLOCK = "network-block"
+    #: network only through the executor's proxy and relays (``RuleSet.route``)
+    NETWORK_PROXY = "network-proxy"
+    #: network on, but the host's loopback services unreachable but ``local_ports``
+    LOOPBACK_ISOLATION = "loopback-isolation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,14 @@ class RuleSet:
     #: Absolute glob patterns (git-style) whose matches are denied, whenever they appear.
     deny_globs: tuple[str, ...] = ()
     network: NetworkMode = NetworkMode.ENABLED
+    #: Proxy mode: the command's only way out (``network`` is then ``ENABLED``).
+    route: NetworkRoute | None = None
+    #: Full network, but host loopback services reachable only at ``local_ports`` (and the
+    #: listeners of commands in the same ``network_scope``).
+    isolate_loopback: bool = False
+    local_ports: tuple[int, ...] = ()
+    #: Commands with the same scope (a session) share listeners; None: no sharing.
+    network_scope: str | None = None
     #: The directory relative entries were resolved against.
     policy_cwd: str = "/"
     #: The client asked for Landlock only (no namespaces); honoured or refused, never ignored.
@@ -164,6 +177,10 @@ class RuleSet:
         needed: set[Feature] = set()
         if self.network is NetworkMode.RESTRICTED:
             needed.add(Feature.NETWORK_BLOCK)
+        elif self.route is not None:
+            needed.add(Feature.NETWORK_PROXY)
+        elif self.isolate_loopback:
+            needed.add(Feature.LOOPBACK_ISOLATION)
         if not self.filesystem_restricted:
             return frozenset(needed)
         needed.add(Feature.WRITE_RESTRICTION)
