@@ -9,51 +9,23 @@ connection that did.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import functools
-import ipaddress
-import socket
 import ssl
-from typing import Final
 
+from executor import addresses
+from executor.addresses import IPAddress
 from executor.errors import InvalidParams
-from executor.http.policy import HttpPolicy, IPAddress
+from executor.http.policy import HttpPolicy
 from executor.http.wire import Connection, WireError
 
 __all__ = ["connect", "resolve"]
 
-#: Name lookups at once. Their own threads: getaddrinfo blocks, and the loop's default pool
-#: serves the fs/* methods, which a slow resolver must never hold up.
-_LOOKUPS: Final = 8
-
-
-@functools.cache
-def _resolvers() -> concurrent.futures.ThreadPoolExecutor:
-    return concurrent.futures.ThreadPoolExecutor(_LOOKUPS, thread_name_prefix="http-resolve")
-
 
 async def resolve(host: str, port: int) -> list[IPAddress]:
-    """The addresses of ``host`` in the resolver's order (a literal is its own address)."""
+    """The addresses of ``host`` (``addresses.resolve``); ``WireError`` if it has none."""
     try:
-        return [ipaddress.ip_address(host)]
-    except ValueError:
-        pass
-    lookup = functools.partial(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM)
-    try:
-        found = await asyncio.get_running_loop().run_in_executor(_resolvers(), lookup)
-    except OSError as exc:  # socket.gaierror: no such name, no DNS
-        raise WireError(f"cannot resolve {host}: {exc}") from exc
-    addresses: list[IPAddress] = []
-    for _family, _kind, _protocol, _name, sockaddr in found:
-        if not isinstance(sockaddr[0], str):
-            continue  # not an IP address (Python built without IPv6 support)
-        text = sockaddr[0]
-        if len(sockaddr) == 4 and sockaddr[3]:
-            text = f"{text.partition('%')[0]}%{sockaddr[3]}"  # keep a link-local's scope
-        address = ipaddress.ip_address(text)
-        if address not in addresses:
-            addresses.append(address)
-    return addresses
+        return await addresses.resolve(host, port)
+    except addresses.LookupFailed as exc:
+        raise WireError(str(exc)) from exc
 
 
 async def connect(
