@@ -17,9 +17,19 @@ from executor.errors import ProfileError
 from executor.protocol.intent import PROJECT_ROOTS_GLOB_PREFIX
 from executor.protocol.paths import to_uri
 from executor.sandbox.limits import LIMIT_NAMES, parse_limits
+from executor.sandbox.network import NetworkAccess, NetworkPolicy
+from executor.sandbox.profile_network import network_table
 from executor.sandbox.rules import glob_has_magic
 
-__all__ = ["TOP_KEYS", "InvalidProfile", "Problem", "Problems", "limits_table", "to_wire"]
+__all__ = [
+    "TOP_KEYS",
+    "InvalidProfile",
+    "Problem",
+    "Problems",
+    "compile_profile",
+    "limits_table",
+    "to_wire",
+]
 
 _ACCESS: Final = ("read", "write", "deny")
 _SPECIALS: Final = {
@@ -110,15 +120,31 @@ def limits_table(table: Any, problems: Problems) -> dict[str, int | None]:
 
 def to_wire(data: dict[str, Any], problems: Problems) -> dict[str, Any]:
     """The wire ``PermissionProfile`` of a merged profile (snake_case keys)."""
+    wire, _ = compile_profile(data, problems)
+    return wire
+
+
+def compile_profile(
+    data: dict[str, Any], problems: Problems
+) -> tuple[dict[str, Any], NetworkPolicy]:
+    """A merged profile's wire ``PermissionProfile`` (snake_case keys) and its network
+    policy, which says more than the wire's ``network`` (proxy mode is ``enabled`` there)."""
     kind = data.get("type", "managed")
     if kind not in _TYPES:
         problems.add("type", f"must be one of {', '.join(_TYPES)}")
         kind = "managed"  # check the rest as the default would be
     if kind == "disabled":
-        return {"type": "disabled"}
-    network = _network(data.get("network", {}), problems)
+        # No sandbox: the command has the host's network as it is (the table is not read).
+        return {"type": "disabled"}, NetworkPolicy(mode=NetworkAccess.FULL)
+    policy = network_table(data.get("network", {}), problems)
+    network = "enabled" if policy.enabled else "restricted"
     if kind == "external":
-        return {"type": "external", "network": network}
+        return {"type": "external", "network": network}, policy
+    wire = {"type": "managed", "file_system": _file_system(data, problems), "network": network}
+    return wire, policy
+
+
+def _file_system(data: dict[str, Any], problems: Problems) -> dict[str, Any]:
     entries = _entries(data.get("filesystem", {}), problems)
     fs: dict[str, Any] = {"type": "restricted", "entries": entries}
     depth = data.get("glob_scan_max_depth")
@@ -136,20 +162,7 @@ def to_wire(data: dict[str, Any], problems: Problems) -> dict[str, Any]:
             problems.add("protected_names", "must be a list of file names (no '/')")
         else:
             fs["protected_names"] = names
-    return {"type": "managed", "file_system": fs, "network": network}
-
-
-def _network(table: Any, problems: Problems) -> str:
-    if not isinstance(table, dict):
-        problems.add("network", "must be a table")
-        return "restricted"
-    for key in sorted(set(table) - {"enabled"}):
-        problems.add(f"network.{key}", "unknown key (known: enabled)")
-    enabled = table.get("enabled", False)
-    if type(enabled) is not bool:
-        problems.add("network.enabled", "must be true or false")
-        return "restricted"
-    return "enabled" if enabled else "restricted"
+    return fs
 
 
 def _access(value: Any, problems: Problems, key: str) -> str | None:

@@ -21,7 +21,12 @@ A profile file is the human form of a permission profile (sandbox.md §1.7)::
     "**/*.env" = "deny"
 
     [network]
-    enabled = false
+    enabled = true                   # default false: no network at all
+    mode = "proxy"                   # "full" (default): the host's network; "proxy": only
+                                     # through the executor's proxy, to hosts allow matches
+    allow = ["pypi.org", "*.pythonhosted.org"]   # proxy mode: host patterns
+    deny = ["*.corp.example"]        # proxy mode: never these (deny wins)
+    local_ports = [5432]             # host loopback ports the command may reach
 
     [limits]                         # optional: caps per command (executor.sandbox.limits)
     processes = 2048                 # tasks, threads included
@@ -34,9 +39,11 @@ A profile file is the human form of a permission profile (sandbox.md §1.7)::
 wire form of a permission profile and is parsed by the same code as a client's request, so
 there is one model and one set of rules. ``[limits]`` is not part of the wire form (a client
 sends none): keys it leaves out keep the daemon's defaults, and ``extends`` merges it key by
-key. Validation is strict: unknown keys, bad access values, non-deny globs, bad limits and
-cycles in ``extends`` are errors naming the file and key path, every one of them
-(``executor.sandbox.profile_parse``).
+key. Neither is ``[network]``'s ``mode``, ``allow``, ``deny`` and ``local_ports``: the wire
+form only says whether the network is on, ``Profile.network`` is the whole ``NetworkPolicy``.
+Validation is strict: unknown keys, bad access values, non-deny globs, bad limits, bad host
+patterns or ports, keys that mean nothing in the network's mode and cycles in ``extends`` are
+errors naming the file and key path, every one of them (``executor.sandbox.profile_parse``).
 
 Profiles are looked up in the shipped directory, then ``EXECUTOR_PROFILES_DIR``; a later
 directory's file replaces an earlier one of the same name, except a shipped one: a user file
@@ -65,13 +72,15 @@ from executor.protocol.intent import (
 )
 from executor.protocol.paths import to_uri
 from executor.sandbox.limits import ResourceLimits, default_limits
+from executor.sandbox.network import NetworkAccess, NetworkPolicy
+from executor.sandbox.profile_network import merge_network
 from executor.sandbox.profile_parse import (
     TOP_KEYS,
     InvalidProfile,
     Problem,
     Problems,
+    compile_profile,
     limits_table,
-    to_wire,
 )
 
 __all__ = [
@@ -85,6 +94,10 @@ __all__ = [
     "read_file",
     "shipped_directory",
 ]
+
+
+#: ``Profile.network`` left out: follow ``permissions.network`` (a profile built by hand).
+_FROM_PERMISSIONS = NetworkPolicy(mode=NetworkAccess.NONE, local_ports=(0,))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,6 +116,34 @@ class Profile:
     shipped: bool = False
     #: It replaces the shipped profile of its name (``replaces_shipped = true``).
     replaces_shipped: bool = False
+    #: Its network: ``[network]`` as a whole (``permissions.network`` only says on or off).
+    #: Left out, it follows ``permissions.network``: full when on, none when off.
+    network: NetworkPolicy = _FROM_PERMISSIONS
+
+    def __post_init__(self) -> None:
+        if self.network is _FROM_PERMISSIONS:
+            on = (
+                self.permissions.type is ProfileType.DISABLED
+                or self.permissions.network is NetworkMode.ENABLED
+            )
+            policy = NetworkPolicy(mode=NetworkAccess.FULL if on else NetworkAccess.NONE)
+            object.__setattr__(self, "network", policy)
+
+    def network_policy(self, network: bool | None = None) -> NetworkPolicy:
+        """The network of a command run under this profile.
+
+        ``network`` overrides the profile's setting (``executor run --network on|off``):
+        ``True`` gives a profile without network the host's (``full``) and keeps a network
+        that is on as the profile has it (a proxied one stays proxied); ``False`` takes it
+        away. A disabled profile has none to override: its command has the host's network.
+        """
+        if network is None or self.permissions.type is ProfileType.DISABLED:
+            return self.network
+        if not network:
+            return NetworkPolicy(mode=NetworkAccess.NONE)
+        if self.network.enabled:
+            return self.network
+        return NetworkPolicy(mode=NetworkAccess.FULL)
 
     def intent(
         self,
@@ -113,12 +154,14 @@ class Profile:
     ) -> SandboxIntent:
         """The sandbox intent of this profile for a command in ``cwd``.
 
-        ``network`` overrides the profile's network setting (``executor run --network``); a
-        disabled profile has none to override.
+        ``network`` overrides the profile's network setting (``executor run --network``; see
+        ``network_policy``, which the intent's on/off agrees with); a disabled profile has
+        none to override.
         """
         permissions = self.permissions
         if network is not None and permissions.type is not ProfileType.DISABLED:
-            mode = NetworkMode.ENABLED if network else NetworkMode.RESTRICTED
+            on = self.network_policy(network).enabled
+            mode = NetworkMode.ENABLED if on else NetworkMode.RESTRICTED
             permissions = replace(permissions, network=mode)
         return SandboxIntent(
             permissions=permissions,
@@ -276,7 +319,7 @@ class ProfileLibrary:
 
     def _compile(self, raw: _Raw, problems: Problems) -> Profile:
         merged = self._merge(raw, [], problems)
-        wire = to_wire(merged, problems)
+        wire, network = compile_profile(merged, problems)
         permissions = Permissions(type=ProfileType.DISABLED)
         if not problems.items:
             try:
@@ -301,6 +344,7 @@ class ProfileLibrary:
             limits=limits,
             shipped=shipped is not None and _same_file(path, shipped),
             replaces_shipped=shipped is not None and raw.replaces_shipped,
+            network=network,
         )
 
     def _merge(self, raw: _Raw, chain: list[str], problems: Problems) -> dict[str, Any]:
@@ -334,6 +378,9 @@ class ProfileLibrary:
             # Protection accumulates: a profile that extends another can add names, and can
             # never drop one its parent protects by listing others.
             merged["protected_names"] = list(dict.fromkeys([*inherited, *own_names]))
+        parent_net, own_net = parent.get("network"), raw.data.get("network")
+        if isinstance(parent_net, dict) and isinstance(own_net, dict):
+            merged["network"] = merge_network(parent_net, own_net)
         return merged
 
 

@@ -70,6 +70,7 @@ def test_profile_list_shows_names_sources_and_descriptions() -> None:
         ["read-only", "shipped"],
         ["workspace", "shipped"],
         ["workspace-network", "shipped"],
+        ["workspace-proxy", "shipped"],
     ]
     assert "no network" in lines[1]
 

@@ -18,11 +18,11 @@ from executor.sandbox.profiles import (
 )
 from tests.sandbox.fakehost import FakeHost
 
-SHIPPED = ["danger-full-access", "read-only", "workspace", "workspace-network"]
+SHIPPED = ["danger-full-access", "read-only", "workspace", "workspace-network", "workspace-proxy"]
 
 
 def test_the_shipped_profiles_are_there() -> None:
-    """The four documented profiles ship with the executor."""
+    """The five documented profiles ship with the executor."""
     assert default_library().names() == SHIPPED
 
 
@@ -89,7 +89,12 @@ BAD = [
         '[filesystem.":workspace_roots"]\n"../up" = "write"',
         "must be relative and must not contain ..",
     ),
-    ("network-key", "[network]\nmode = 1", "network.mode: unknown key"),
+    ("network-key", "[network]\ncolour = 1", "network.colour: unknown key"),
+    (
+        "network-mode",
+        '[network]\nenabled = true\nmode = "socks"',
+        'network.mode: must be "full" or "proxy", got "socks"',
+    ),
     ("network-value", '[network]\nenabled = "yes"', "network.enabled: must be true or false"),
     ("zero-depth", "glob_scan_max_depth = 0", "glob_scan_max_depth: must be a positive integer"),
     ("bad-type", 'type = "sometimes"', "type: must be one of managed, disabled, external"),
