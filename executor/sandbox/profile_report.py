@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from executor.errors import SandboxUnavailable
-from executor.protocol.intent import Access
+from executor.protocol.intent import Access, NetworkMode
 from executor.sandbox.api import Command
 from executor.sandbox.globscan import (
     GLOB_SCAN_SECONDS,
@@ -20,10 +20,20 @@ from executor.sandbox.globscan import (
 )
 from executor.sandbox.limits import LIMIT_NAMES, ResourceLimits
 from executor.sandbox.manager import SandboxManager
+from executor.sandbox.network import NetworkAccess, NetworkPolicy
 from executor.sandbox.profiles import Profile
 from executor.sandbox.rules import PathKind, RuleOrigin, RuleSet
 
-__all__ = ["enforcement", "explain", "explain_lines", "limits_json", "masking_limits", "summary"]
+__all__ = [
+    "enforcement",
+    "explain",
+    "explain_lines",
+    "limits_json",
+    "masking_limits",
+    "network_json",
+    "network_lines",
+    "summary",
+]
 
 _SEE_ALSO = 'docs/sandbox.md, "What path rules cannot see"'
 
@@ -39,7 +49,44 @@ def summary(profile: Profile) -> dict[str, Any]:
         "replaces_shipped": profile.replaces_shipped,
         "type": profile.permissions.type.value,
         "network": profile.permissions.network.value,
+        "network_mode": profile.network.mode.value,
     }
+
+
+def network_json(policy: NetworkPolicy) -> dict[str, Any]:
+    """A network policy as JSON values: the mode, the proxy's host patterns, the host
+    loopback ports the command may reach, whether it may listen."""
+    return {
+        "mode": policy.mode.value,
+        "allow": list(policy.allow),
+        "deny": list(policy.deny),
+        "local_ports": list(policy.local_ports),
+        "local_binding": policy.local_binding,
+    }
+
+
+_MODE_LINES = {
+    NetworkAccess.NONE.value: "none (no network at all)",
+    NetworkAccess.FULL.value: "full (the host's network)",
+    NetworkAccess.PROXY.value: (
+        "proxy (only through the executor's HTTP/SOCKS5 proxy, to the hosts allowed"
+        " below; HTTP_PROXY, HTTPS_PROXY and ALL_PROXY name it)"
+    ),
+}
+
+
+def network_lines(network: dict[str, Any]) -> list[str]:
+    """``network_json``'s dictionary for people: the mode, then its rules, indented."""
+    mode = network["mode"]
+    lines = [f"  mode: {_MODE_LINES.get(mode, mode)}"]
+    if mode == NetworkAccess.NONE.value:
+        return lines
+    if mode == NetworkAccess.PROXY.value:
+        lines.append(f"  allow: {', '.join(network['allow']) or 'nothing'}")
+        lines.append(f"  deny: {', '.join(network['deny']) or 'nothing'}")
+    ports = ", ".join(str(port) for port in network["local_ports"]) or "none"
+    lines.append(f"  host loopback ports: {ports}")
+    return lines
 
 
 def limits_json(limits: ResourceLimits) -> dict[str, int | None]:
@@ -133,9 +180,12 @@ def explain(profile: Profile, rules: RuleSet | None, manager: SandboxManager) ->
             "reason": None,
         }
         return report
+    # The rules say on or off after any --network override; the profile says how.
+    policy = profile.network_policy(rules.network is NetworkMode.ENABLED)
     report |= {
         "policy_cwd": rules.policy_cwd,
         "network": rules.network.value,
+        "network_policy": network_json(policy),
         "limits": limits_json(rules.limits),
         "limits_summary": rules.limits.summary(),
         "filesystem": {
@@ -173,6 +223,7 @@ def explain_lines(report: dict[str, Any]) -> list[str]:
     lines += [
         f"policy cwd: {report['policy_cwd']}",
         f"network: {report['network']}",
+        *network_lines(report["network_policy"]),
         f"limits: {report['limits_summary']}",
     ]
     if not fs["restricted"]:

@@ -16,7 +16,7 @@ from tests.executor_linux.conftest import linux_sandbox_available
 from tests.sandbox.test_cli import executor
 from tests.support.enforcement import skip_unless
 
-SHIPPED = ["danger-full-access", "read-only", "workspace", "workspace-network"]
+SHIPPED = ["danger-full-access", "read-only", "workspace", "workspace-network", "workspace-proxy"]
 PROFILE_KEYS = {
     "name",
     "description",
@@ -26,6 +26,7 @@ PROFILE_KEYS = {
     "replaces_shipped",
     "type",
     "network",
+    "network_mode",
 }
 
 
@@ -171,6 +172,7 @@ def test_explain_json_keys(ws: Path) -> None:
         "sandbox",
         "policy_cwd",
         "network",
+        "network_policy",
         "limits",
         "limits_summary",
         "filesystem",
@@ -181,6 +183,13 @@ def test_explain_json_keys(ws: Path) -> None:
     }
     assert set(report["profile"]) == PROFILE_KEYS and report["sandbox"] is True
     assert report["policy_cwd"] == str(ws) and report["network"] == "restricted"
+    assert report["network_policy"] == {
+        "mode": "none",
+        "allow": [],
+        "deny": [],
+        "local_ports": [],
+        "local_binding": True,
+    }
     assert set(report["limits"]) == {"processes", "memory", "open_files", "file_size", "cpu_time"}
     assert report["limits"]["cpu_time"] is None
     fs = report["filesystem"]
