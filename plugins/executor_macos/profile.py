@@ -14,7 +14,13 @@ so the order carries meaning: grants first, denies last.
 5. Writable trees: one ``file-write*`` allow; each writable root is a ``subpath``, minus every
    read-only or denied path inside it, by ``literal`` and by ``subpath`` (the ``literal`` keeps
    a missing carve-out such as ``.codex`` from being created).
-6. Network: ``network-restricted.sbpl`` or ``network-enabled.sbpl``.
+6. Network, one of four (see ``network()``): ``network-restricted.sbpl`` (no network);
+   ``network-enabled.sbpl`` (everything); proxy mode, ``network-proxy.sbpl`` plus an outbound
+   allow per loopback port of the route (and ``network-local-binding.sbpl`` when the command
+   may listen); loopback isolation, ``network-isolated.sbpl`` plus an outbound allow per
+   ``local_ports`` entry. Every mode with network ends with ``network-services.sbpl`` (the Mach
+   services DNS configuration and TLS trust need). Ports are the only values the renderer
+   writes into the text itself: integers it checked and formats.
 7. Denies: every deny rule (reads and writes, except the deeper rules that re-open a subtree),
    every deny glob as two anchored regexes (the match, and everything below it), and
    ``file-write-unlink`` denies on the directories whose renaming would carry a carve-out out
@@ -31,7 +37,7 @@ Nothing is canonicalized here: the materializer already resolved the paths that 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -44,6 +50,7 @@ from executor_macos.sbpl import glob_to_ere, param, spellings
 __all__ = ["SeatbeltProfile", "render_profile"]
 
 _INDENT: Final = "  "
+_MAX_PORT: Final = 65535
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,6 +209,9 @@ class _Renderer:
             # An open filesystem is rendered as one writable root, "/", with nothing carved out.
             self.rules = RuleSet(filesystem_restricted=True, rules=(PathRule("/", Access.WRITE),))
         self.network_mode = rules.network
+        self.route = rules.route
+        self.isolate_loopback = rules.isolate_loopback
+        self.local_ports = rules.local_ports
         self.globs = rules.deny_globs if rules.filesystem_restricted else ()
         self.params = _Params()
         # Deny-glob matches found at materialization are denied by the glob's own regexes,
@@ -245,7 +255,7 @@ class _Renderer:
         sections += self.grants(Access.READ)
         sections += self.traverse()
         sections += self.grants(Access.WRITE)
-        sections.append(self.network())
+        sections += self.network()
         sections += self.denies()
         text = "\n".join(section.rstrip("\n") + "\n" for section in sections)
         return SeatbeltProfile(text=text, params=tuple(self.params.values.items()))
@@ -268,10 +278,24 @@ class _Renderer:
             return [_resource("platform.sbpl")]
         return []
 
-    def network(self) -> str:
+    def network(self) -> list[str]:
+        """The network section: by the same precedence as ``RuleSet.needs`` (no network, then
+        a proxy route, then loopback isolation, then everything)."""
         if self.network_mode is NetworkMode.RESTRICTED:
-            return _resource("network-restricted.sbpl")
-        return _resource("network-enabled.sbpl")
+            return [_resource("network-restricted.sbpl")]
+        services = _resource("network-services.sbpl")
+        if self.route is not None:
+            # The route lists the relayed local_ports too; stating them again costs nothing.
+            ports = _ports([*self.route.ports, *self.local_ports])
+            # No port at all (never built by the daemon) fails closed: nothing may connect.
+            sections = [_resource("network-proxy.sbpl") + _loopback_ports(ports)]
+            if self.route.local_binding:
+                sections.append(_resource("network-local-binding.sbpl"))
+            return [*sections, services]
+        if self.isolate_loopback:
+            ports = _ports(self.local_ports)
+            return [_resource("network-isolated.sbpl") + _loopback_ports(ports), services]
+        return [_resource("network-enabled.sbpl"), services]
 
     # --- sections 3 to 5: grants --------------------------------------------------------------
 
@@ -402,6 +426,30 @@ class _Renderer:
                     found.add(path)
                 path = parent
         return _shallowest_first(found)
+
+
+def _ports(ports: Sequence[object]) -> list[int]:
+    """``ports`` without repeats, each checked to be a TCP port number (it goes into the text)."""
+    checked: list[int] = []
+    for port in ports:
+        # bool is an int, and a str could carry SBPL: only a true int in range is written out.
+        if type(port) is not int or not 1 <= port <= _MAX_PORT:
+            raise SandboxUnavailable(f"the loopback port {port!r} is not a TCP port (1-65535)")
+        if port not in checked:
+            checked.append(port)
+    return checked
+
+
+def _loopback_ports(ports: Sequence[int]) -> str:
+    """The outbound allow for ``ports`` on this host's loopback (empty without ports)."""
+    if not ports:
+        return ""
+    filters = [f'(remote ip "localhost:{port}")' for port in ports]
+    return (
+        "\n; The loopback ports this command may connect to.\n"
+        + _form("allow network-outbound", filters)
+        + "\n"
+    )
 
 
 def _shallowest_first(paths: Iterable[str]) -> list[str]:

@@ -5,7 +5,10 @@ newlines, regex metacharacters and non-ASCII text. For each rule set the tests c
 policy text parses as balanced SBPL, names no path (only generated parameter names and the
 fixed vocabulary of the resource files), depends only on the rules' structure, that every
 ``-D`` value round-trips exactly, and that the SBPL model of the profile grants exactly what
-the rule set grants. Deny-glob regexes are checked against the core's glob semantics.
+the rule set grants. Deny-glob regexes are checked against the core's glob semantics. Network
+settings (a proxy route, loopback isolation, their ports) vary too: the only literals they add
+are ``localhost:<port>`` for the ports given, and the model of the profile lets a command
+connect to exactly those loopback ports.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from hypothesis import strategies as st
 
 from executor.errors import SandboxUnavailable
 from executor.protocol.intent import Access, NetworkMode
+from executor.sandbox import NetworkRoute
 from executor.sandbox.rules import PathKind, PathRule, RuleOrigin, RuleSet, glob_to_regex
-from tests.executor_macos.seatbelt_model import Model, ere_search
+from tests.executor_macos.seatbelt_model import Model, Socket, ere_search
 from tests.executor_macos.sexpr import literals, params_used, parse, split_define
 from tests.sandbox.test_rules import GLOBS
 
@@ -54,6 +58,33 @@ def _vocabulary() -> set[str]:
 
 
 VOCABULARY = _vocabulary()
+PORTS = st.lists(st.integers(1, 65535), max_size=4)
+
+
+@st.composite
+def networks(draw: st.DrawFn) -> dict[str, object]:
+    """The network fields of a rule set: off, on, on with loopback isolation, or proxied."""
+    mode = draw(st.sampled_from(["restricted", "enabled", "isolated", "proxy"]))
+    local_ports = tuple(draw(PORTS))
+    fields: dict[str, object] = {
+        "network": NetworkMode.RESTRICTED if mode == "restricted" else NetworkMode.ENABLED,
+        "local_ports": local_ports,
+    }
+    if mode == "isolated":
+        fields["isolate_loopback"] = True
+    elif mode == "proxy":
+        route_ports = tuple(draw(PORTS))
+        fields["route"] = NetworkRoute(ports=route_ports, local_binding=draw(st.booleans()))
+    return fields
+
+
+def loopback_ports(rules: RuleSet) -> set[int]:
+    """The host loopback ports a command under ``rules`` may connect to (all: None)."""
+    if rules.network is NetworkMode.RESTRICTED:
+        return set()
+    if rules.route is not None:
+        return {*rules.route.ports, *rules.local_ports}
+    return set(rules.local_ports)
 
 
 @st.composite
@@ -87,9 +118,11 @@ def rule_sets(
                 st.sampled_from(["{h}/**/*{t}", "{h}/*{t}", "**/{t}", "{h}/?{t}", "{h}/[0-9]{t}"])
             )
             patterns.append(BASE + "/" + shape.format(h=head, t=tail))
-    network = draw(st.sampled_from(list(NetworkMode)))
     return RuleSet(
-        filesystem_restricted=True, rules=tuple(rules), deny_globs=tuple(patterns), network=network
+        filesystem_restricted=True,
+        rules=tuple(rules),
+        deny_globs=tuple(patterns),
+        **draw(networks()),  # type: ignore[arg-type]
     )
 
 
@@ -100,7 +133,8 @@ def test_policy_is_well_formed_and_names_no_path(rules: RuleSet) -> None:
     profile = render_profile(rules)
     forms = parse(profile.text)
     names = {name for name, _value in profile.params}
-    assert literals(forms) <= VOCABULARY | names
+    ports = {f"localhost:{port}" for port in loopback_ports(rules)}
+    assert literals(forms) <= VOCABULARY | names | ports
     assert set(params_used(forms)) == names
     arguments = profile.arguments()
     assert arguments[:2] == ("-p", profile.text)
@@ -185,6 +219,30 @@ def test_profile_means_what_the_rules_say(deny_wins: bool, rules: RuleSet) -> No
         expected = Access.DENY if denied else rules.access_of(path)
         assert seen.allows("file-read-data", path) is (expected is not Access.DENY), path
         assert seen.allows("file-write-data", path) is (expected is Access.WRITE), path
+
+
+@settings(max_examples=300, deadline=None)
+@given(networks(), st.lists(st.integers(1, 65535), min_size=1, max_size=4))
+def test_network_means_what_the_rules_say(fields: dict[str, object], probes: list[int]) -> None:
+    """Through the model: the host loopback ports a command may connect to are exactly the
+    route's and ``local_ports`` (proxy), ``local_ports`` (isolated), all (on) or none (off);
+    the internet is reachable only with the network on and no route; IPv6 forms of the
+    loopback are never a way around the list."""
+    rules = RuleSet(filesystem_restricted=False, **fields)  # type: ignore[arg-type]
+    seen = Model(render_profile(rules).text, {})
+    mode_on = rules.network is NetworkMode.ENABLED
+    everything = mode_on and rules.route is None and not rules.isolate_loopback
+    listed = loopback_ports(rules)
+    for port in {*probes, *listed}:
+        expected = everything or port in listed
+        for address in ("127.0.0.1", "::1"):
+            assert seen.allows("network-outbound", Socket(address, port)) is expected, address
+        mapped = seen.allows("network-outbound", Socket("::ffff:127.0.0.1", port))
+        assert mapped is everything
+    internet = seen.allows("network-outbound", Socket("93.184.216.34", 443))
+    assert internet is (mode_on and rules.route is None)
+    host_socket = seen.allows("network-outbound", Socket("/private/tmp/tmux-501/default"))
+    assert host_socket is everything
 
 
 # --- deny-glob regexes ----------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """Golden Seatbelt profiles: the exact SBPL text and ``-D`` parameters for typical intents.
 
 Each case is a wire ``sandbox`` object materialized on the fake Mac of ``fakehost`` (so the
-output never depends on the machine running the tests) and rendered. The expected text is in
+output never depends on the machine running the tests) and rendered. The managed-network cases
+(``NETWORK_CASES``) take one of those rule sets and add what the daemon sets for them: a proxy
+route, or loopback isolation with ``local_ports``. The expected text is in
 ``golden/<case>.sbpl`` and the parameters, one ``NAME=VALUE`` per line in the order they are
 passed, in ``golden/<case>.params``.
 
@@ -17,12 +19,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from executor_macos.profile import SeatbeltProfile, render_profile
 
+from executor.sandbox import NetworkRoute, RuleSet
 from tests.executor_macos.fakehost import TMPDIR, cwd_of, rules_for
 from tests.executor_macos.sexpr import params_used, parse
 
@@ -102,18 +106,49 @@ CASES: dict[str, tuple[dict[str, Any], Mapping[str, str]]] = {
 }
 
 
+#: The proxy's port and a database the profile lists in ``local_ports``.
+PROXY_PORT, DATABASE_PORT = 3128, 5432
+#: Managed-network cases: (the case whose rule set they start from, the fields the daemon sets).
+NETWORK_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "workspace-proxy": (
+        "workspace-network",
+        {
+            "route": NetworkRoute(ports=(PROXY_PORT, DATABASE_PORT), local_binding=True),
+            "local_ports": (DATABASE_PORT,),
+        },
+    ),
+    "workspace-proxy-no-binding": (
+        "workspace-network",
+        {"route": NetworkRoute(ports=(PROXY_PORT,), local_binding=False)},
+    ),
+    "workspace-isolated": (
+        "workspace-network",
+        {"isolate_loopback": True, "local_ports": (DATABASE_PORT,)},
+    ),
+}
+
+
 def codex_payload_rules() -> tuple[dict[str, Any], Any]:
     """The §7.12 capture of a real Codex 0.169 client, and its rule set on the fake Mac."""
     params = json.loads((PAYLOADS / "codex-0.169-workspace-write.json").read_text())["params"]
     return params, rules_for(params["sandbox"], cwd=cwd_of(params["cwd"]), env=params["env"])
 
 
+def rules_of(case: str) -> RuleSet:
+    """The rule set of one golden case."""
+    if case == "codex-0.169-payload":
+        rules: RuleSet = codex_payload_rules()[1]
+        return rules
+    if case in NETWORK_CASES:
+        base, changes = NETWORK_CASES[case]
+        return replace(rules_of(base), **changes)
+    wire, env = CASES[case]
+    return rules_for(wire, env=env)
+
+
 def rendered(case: str) -> SeatbeltProfile:
     """The profile of one golden case."""
-    if case == "codex-0.169-payload":
-        return render_profile(codex_payload_rules()[1])
-    wire, env = CASES[case]
-    return render_profile(rules_for(wire, env=env))
+    return render_profile(rules_of(case))
 
 
 def params_text(profile: SeatbeltProfile) -> str:
@@ -123,7 +158,7 @@ def params_text(profile: SeatbeltProfile) -> str:
     return "".join(f"{name}={value}\n" for name, value in profile.params)
 
 
-ALL_CASES = [*CASES, "codex-0.169-payload"]
+ALL_CASES = [*CASES, *NETWORK_CASES, "codex-0.169-payload"]
 
 
 @pytest.mark.parametrize("case", ALL_CASES, ids=ALL_CASES)

@@ -8,17 +8,19 @@ grants, covers both spellings of ``/tmp``-like paths, and refuses paths it canno
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 from executor_macos.profile import SeatbeltProfile, render_profile
 
 from executor.errors import SandboxUnavailable
 from executor.protocol.intent import Access, NetworkMode
+from executor.sandbox import NetworkRoute
 from executor.sandbox.rules import PathKind, PathRule, RuleOrigin, RuleSet
 from tests.executor_macos.fakehost import FakeMacHost
-from tests.executor_macos.seatbelt_model import Model
+from tests.executor_macos.seatbelt_model import Model, Socket
 from tests.executor_macos.sexpr import parse
-from tests.executor_macos.test_golden import rendered
+from tests.executor_macos.test_golden import DATABASE_PORT, PROXY_PORT, rendered
 
 READ, WRITE = "file-read-data", "file-write-data"
 
@@ -298,3 +300,230 @@ def test_fake_host_resolves_private_links() -> None:
     assert host.realpath("/tmp/x") == "/private/tmp/x"
     assert host.kind("/var/folders/zz/xy12/T") is PathKind.DIRECTORY
     assert host.kind("/Users/dev/ws/.codex") is PathKind.MISSING
+
+
+# --- network ------------------------------------------------------------------------------
+
+OUT, BIND, IN = "network-outbound", "network-bind", "network-inbound"
+INTERNET = Socket("93.184.216.34", 443)
+INTERNET6 = Socket("2001:db8::1", 443)
+#: A host loopback service that no profile lists (this daemon, a dev database).
+HOST_SERVICE = Socket("127.0.0.1", 8080)
+#: The same service by its other spellings: IPv6 loopback and the IPv4-mapped form.
+HOST_SERVICE_V6 = Socket("::1", 8080)
+HOST_SERVICE_MAPPED = Socket("::ffff:127.0.0.1", 8080)
+PROXY = Socket("127.0.0.1", PROXY_PORT)
+DATABASE = Socket("127.0.0.1", DATABASE_PORT)
+DATABASE_V6 = Socket("::1", DATABASE_PORT)
+#: Host Unix sockets: tmux's (in writable /tmp), Docker's, and the system resolver's.
+TMUX = Socket("/private/tmp/tmux-501/default")
+DOCKER = Socket("/private/var/run/docker.sock")
+RESOLVER = Socket("/private/var/run/mDNSResponder")
+RESOLVER_ALIAS = Socket("/var/run/mDNSResponder")
+LISTEN = Socket("127.0.0.1", 3000, side="local")
+LISTEN_V6 = Socket("::1", 3000, side="local")
+LISTEN_ANY = Socket("0.0.0.0", 3000, side="local")
+ACCEPT_LAN = Socket("192.168.1.20", 3000, side="local")
+
+# (case, operation, socket, allowed)
+NETWORK_MEANING = [
+    # network off: nothing, Unix sockets included.
+    ("workspace", OUT, INTERNET, False),
+    ("workspace", OUT, HOST_SERVICE, False),
+    ("workspace", OUT, TMUX, False),
+    ("workspace", OUT, RESOLVER, False),
+    ("workspace", BIND, LISTEN, False),
+    # network on: everything, the host's loopback and Unix sockets included (the hole that
+    # loopback isolation closes).
+    ("workspace-network", OUT, INTERNET, True),
+    ("workspace-network", OUT, INTERNET6, True),
+    ("workspace-network", OUT, HOST_SERVICE, True),
+    ("workspace-network", OUT, TMUX, True),
+    ("workspace-network", OUT, DOCKER, True),
+    ("workspace-network", BIND, LISTEN_ANY, True),
+    # proxy: the proxy's port and the listed local port, by either loopback spelling; nothing
+    # else, no resolver, no Unix socket; listening on loopback only.
+    ("workspace-proxy", OUT, PROXY, True),
+    ("workspace-proxy", OUT, Socket("::1", PROXY_PORT), True),
+    ("workspace-proxy", OUT, DATABASE, True),
+    ("workspace-proxy", OUT, DATABASE_V6, True),
+    ("workspace-proxy", OUT, HOST_SERVICE, False),
+    ("workspace-proxy", OUT, HOST_SERVICE_V6, False),
+    ("workspace-proxy", OUT, HOST_SERVICE_MAPPED, False),
+    ("workspace-proxy", OUT, INTERNET, False),
+    ("workspace-proxy", OUT, INTERNET6, False),
+    ("workspace-proxy", OUT, Socket("8.8.8.8", 53), False),
+    ("workspace-proxy", OUT, RESOLVER, False),
+    ("workspace-proxy", OUT, TMUX, False),
+    ("workspace-proxy", OUT, DOCKER, False),
+    ("workspace-proxy", OUT, Socket("127.0.0.1", 3000), False),
+    ("workspace-proxy", BIND, LISTEN, True),
+    ("workspace-proxy", BIND, LISTEN_V6, True),
+    ("workspace-proxy", IN, LISTEN, True),
+    ("workspace-proxy", BIND, LISTEN_ANY, False),
+    ("workspace-proxy", IN, ACCEPT_LAN, False),
+    ("workspace-proxy", BIND, Socket("/Users/dev/ws/app.sock", side="local"), False),
+    ("workspace-proxy-no-binding", OUT, PROXY, True),
+    ("workspace-proxy-no-binding", OUT, DATABASE, False),
+    ("workspace-proxy-no-binding", BIND, LISTEN, False),
+    ("workspace-proxy-no-binding", IN, LISTEN, False),
+    # loopback isolated: the internet over IPv4; the host's loopback only at local_ports;
+    # IPv6 refused (its IPv4-mapped forms would reach the loopback); the resolver's Unix
+    # socket and no other.
+    ("workspace-isolated", OUT, INTERNET, True),
+    ("workspace-isolated", OUT, Socket("8.8.8.8", 53), True),
+    ("workspace-isolated", OUT, HOST_SERVICE, False),
+    ("workspace-isolated", OUT, Socket("127.1.2.3", 8080), False),
+    ("workspace-isolated", OUT, HOST_SERVICE_V6, False),
+    ("workspace-isolated", OUT, HOST_SERVICE_MAPPED, False),
+    ("workspace-isolated", OUT, Socket("::ffff:0.0.0.0", 8080), False),
+    ("workspace-isolated", OUT, INTERNET6, False),
+    ("workspace-isolated", OUT, DATABASE, True),
+    ("workspace-isolated", OUT, DATABASE_V6, True),
+    ("workspace-isolated", OUT, RESOLVER, True),
+    ("workspace-isolated", OUT, RESOLVER_ALIAS, True),
+    ("workspace-isolated", OUT, TMUX, False),
+    ("workspace-isolated", OUT, DOCKER, False),
+    ("workspace-isolated", OUT, Socket("/Users/dev/ws/app.sock"), False),
+    ("workspace-isolated", BIND, LISTEN_ANY, True),
+    ("workspace-isolated", IN, ACCEPT_LAN, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "operation", "socket", "allowed"),
+    NETWORK_MEANING,
+    ids=[f"{case}-{op}-{sock.address}:{sock.port}" for case, op, sock, _ in NETWORK_MEANING],
+)
+def test_golden_network_meaning(case: str, operation: str, socket: Socket, allowed: bool) -> None:
+    """Each golden profile's network rules allow exactly what its mode says.
+
+    Read with the last matching rule deciding: the network sections rely on it (a deny
+    follows the allow it narrows, and the listed ports are allowed again after the denies).
+    """
+    assert model(rendered(case)).allows(operation, socket) is allowed
+
+
+def network_rules(**fields: object) -> RuleSet:
+    """A readable disk with network on and ``fields`` (route, isolation, local ports)."""
+    base = rule_set(PathRule("/", Access.READ), network=NetworkMode.ENABLED)
+    return replace(base, **fields)  # type: ignore[arg-type]
+
+
+def network_section(profile: SeatbeltProfile) -> str:
+    """The text from the network section to the end."""
+    return profile.text[profile.text.index("; executor: network") :]
+
+
+@pytest.mark.parametrize(
+    "port",
+    [0, 65536, -1, True, "80", '80") (allow default', 80.0],
+    ids=["zero", "too-big", "negative", "bool", "str", "injection", "float"],
+)
+@pytest.mark.parametrize("mode", ["proxy", "isolated"])
+def test_refuses_what_is_not_a_port(port: object, mode: str) -> None:
+    """Ports are written into the text, so anything but an int in 1..65535 is refused."""
+    fields: dict[str, object] = {"local_ports": (port,)}
+    if mode == "proxy":
+        fields = {"route": NetworkRoute(ports=(port,))}  # type: ignore[arg-type]
+    else:
+        fields["isolate_loopback"] = True
+    with pytest.raises(SandboxUnavailable, match="not a TCP port"):
+        render_profile(network_rules(**fields))
+
+
+def test_proxy_route_without_ports_fails_closed() -> None:
+    """A route with no port (the daemon never builds one) leaves no way out at all."""
+    profile = render_profile(network_rules(route=NetworkRoute(ports=(), local_binding=False)))
+    seen = model(profile)
+    for socket in (PROXY, INTERNET, HOST_SERVICE, RESOLVER, TMUX):
+        assert not seen.allows(OUT, socket), socket
+    assert "(remote ip" not in profile.text
+    assert not re.search(r"\(allow network-outbound\)", profile.text)
+
+
+def test_ports_are_stated_once_in_order() -> None:
+    """The route's ports then local_ports, each once."""
+    rules = network_rules(route=NetworkRoute(ports=(3128, 5432, 3128)), local_ports=(6379, 5432))
+    stated = re.findall(r'\(remote ip "localhost:(\d+)"\)', render_profile(rules).text)
+    assert stated == ["3128", "5432", "6379"]
+
+
+def test_isolated_local_ports_listed_once() -> None:
+    """Isolation re-allows each local port once; without ports no loopback port is allowed."""
+    text = render_profile(network_rules(isolate_loopback=True, local_ports=(5432, 5432))).text
+    assert re.findall(r'\(remote ip "localhost:(\d+)"\)', text) == ["5432"]
+    bare = render_profile(network_rules(isolate_loopback=True))
+    assert "localhost:5432" not in bare.text
+    assert not model(bare).allows(OUT, DATABASE)
+
+
+@pytest.mark.parametrize(
+    ("fields", "mode"),
+    [
+        ({"network": NetworkMode.RESTRICTED, "route": NetworkRoute(ports=(1,))}, "restricted"),
+        ({"network": NetworkMode.RESTRICTED, "isolate_loopback": True}, "restricted"),
+        ({"route": NetworkRoute(ports=(1,)), "isolate_loopback": True}, "proxy"),
+        ({"isolate_loopback": True}, "isolated"),
+        ({"local_ports": (5432,)}, "enabled"),
+    ],
+    ids=[
+        "restricted-over-proxy",
+        "restricted-over-isolation",
+        "proxy-over-isolation",
+        "isolated",
+        "local-ports-alone",
+    ],
+)
+def test_network_mode_precedence(fields: dict[str, object], mode: str) -> None:
+    """No network beats a route, a route beats isolation (as ``RuleSet.needs`` reads them)."""
+    headers = {
+        "restricted": "; executor: network restricted",
+        "proxy": "; executor: network through the executor's proxy only",
+        "isolated": "; executor: network enabled, this host's loopback isolated",
+        "enabled": "; executor: network enabled. Any connection",
+    }
+    text = render_profile(network_rules(**fields)).text
+    for name, header in headers.items():
+        assert (header in text) is (name == mode), name
+
+
+def test_isolation_rule_order_is_the_measured_one() -> None:
+    """The order the loopback denial was measured to need: IPv4 allowed, its loopback denied,
+    IPv6 denied right after, and only then the listed ports and the resolver allowed again."""
+    text = network_section(
+        render_profile(network_rules(isolate_loopback=True, local_ports=(5432,)))
+    )
+    rules = [line for line in text.splitlines() if line.startswith("(")]
+    allow_ip4 = rules.index('(allow network-outbound (remote ip4 "*:*"))')
+    assert rules[allow_ip4 + 1] == '(deny network-outbound (remote ip4 "localhost:*"))'
+    assert rules[allow_ip4 + 2] == '(deny network-outbound (remote ip6 "*:*"))'
+    assert text.index('(remote ip "localhost:5432")') > text.index("(remote ip6")
+    assert text.index("mDNSResponder") > text.index("(remote ip6")
+    assert "(allow network-outbound)" not in text
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"route": NetworkRoute(ports=(3128,))},
+        {"route": NetworkRoute(ports=(3128,), local_binding=False)},
+        {"isolate_loopback": True, "local_ports": (5432,)},
+    ],
+    ids=["proxy", "proxy-no-binding", "isolated"],
+)
+def test_managed_network_keeps_tls_and_trust_services(fields: dict[str, object]) -> None:
+    """HTTPS through the proxy still verifies certificates here: the trust services stay."""
+    enabled = network_section(render_profile(network_rules()))
+    services = enabled[enabled.index("; Name resolution, network configuration") :]
+    assert network_section(render_profile(network_rules(**fields))).endswith(services)
+    for name in ("com.apple.trustd.agent", "com.apple.SecurityServer", "com.apple.ocspd"):
+        assert f'(global-name "{name}")' in services
+
+
+def test_proxy_allows_no_general_network_operation() -> None:
+    """In proxy mode every network-* allow is filtered: none is unconditional."""
+    text = network_section(render_profile(network_rules(route=NetworkRoute(ports=(3128,)))))
+    assert not re.search(r"\(allow network-[a-z]+\)", text)
+    assert not re.search(r"\(allow network\*", text)
+    assert "(allow system-socket)" not in text
