@@ -31,6 +31,7 @@ from executor.sandbox import (
     HostInfo,
     LaunchPlan,
     NetworkMode,
+    NetworkRoute,
     PathKind,
     PathRule,
     RuleOrigin,
@@ -42,11 +43,21 @@ from executor.sandbox import (
 )
 from executor_macos.profile import SeatbeltProfile, render_profile
 
-__all__ = ["FEATURES", "SANDBOX_EXEC", "MacosBackend", "executor_sandbox_backends"]
+__all__ = [
+    "FEATURES",
+    "MANAGED_NETWORK",
+    "SANDBOX_EXEC",
+    "MacosBackend",
+    "executor_sandbox_backends",
+]
 
 #: Only this binary is used, never one found on PATH: a replaced /usr/bin/sandbox-exec would
 #: already need root.
 SANDBOX_EXEC: Final = "/usr/bin/sandbox-exec"
+#: The network modes beyond on/off: outbound only to the proxy's loopback port, and the network
+#: minus the host's loopback. Rendered like the rest; they lean on Seatbelt's network filters
+#: more than anything else does, so their own self-test can withdraw them alone.
+MANAGED_NETWORK: Final = frozenset({Feature.NETWORK_PROXY, Feature.LOOPBACK_ISOLATION})
 #: Everything a rule set can need; Seatbelt expresses all of it.
 FEATURES: Final = frozenset(
     {
@@ -55,6 +66,7 @@ FEATURES: Final = frozenset(
         Feature.CARVE_OUT,
         Feature.MISSING_PATH_PROTECTION,
         Feature.NETWORK_BLOCK,
+        *MANAGED_NETWORK,
     }
 )
 #: A path the self-test profiles name; it need not exist.
@@ -89,12 +101,21 @@ class MacosBackend:
                 reason=f"{self.executable} is missing or not executable",
                 details=details,
             )
+        features = FEATURES
         if self.self_test:
-            failure = self._run_self_tests()
+            failure = self._run_self_tests(_self_test_rules())
             if failure:
                 return BackendStatus(available=False, reason=failure, details=details)
             details["self-test"] = "passed"
-        return BackendStatus(available=True, features=FEATURES, details=details)
+            # A macOS that refuses the managed-network rules still confines everything else;
+            # requests needing them are then refused by the core, naming the feature.
+            failure = self._run_self_tests(_network_self_test_rules())
+            if failure:
+                features = FEATURES - MANAGED_NETWORK
+                details["network-self-test"] = failure
+            else:
+                details["network-self-test"] = "passed"
+        return BackendStatus(available=True, features=features, details=details)
 
     def prepare(self, rules: RuleSet, command: Command) -> LaunchPlan:
         """Wrap ``command`` in ``sandbox-exec`` with the profile of ``rules``."""
@@ -107,9 +128,9 @@ class MacosBackend:
             report=_report(rules, profile),
         )
 
-    def _run_self_tests(self) -> str:
+    def _run_self_tests(self, samples: list[tuple[str, RuleSet]]) -> str:
         """Empty when every sample profile runs ``/usr/bin/true``, else why not."""
-        for label, rules in _self_test_rules():
+        for label, rules in samples:
             argv = [self.executable, *render_profile(rules).arguments(), "--", "/usr/bin/true"]
             try:
                 done = subprocess.run(
@@ -130,6 +151,14 @@ def _report(rules: RuleSet, profile: SeatbeltProfile) -> EnforcementReport:
         "rules": str(len(rules.rules)),
         "parameters": str(len(profile.params)),
     }
+    if rules.network is NetworkMode.ENABLED and rules.route is not None:
+        ports = dict.fromkeys((*rules.route.ports, *rules.local_ports))
+        details["network"] = "proxy"
+        details["loopback-ports"] = ",".join(map(str, ports)) or "none"
+        details["local-binding"] = "loopback" if rules.route.local_binding else "no"
+    elif rules.network is NetworkMode.ENABLED and rules.isolate_loopback:
+        details["network"] = "loopback-isolated"
+        details["loopback-ports"] = ",".join(map(str, dict.fromkeys(rules.local_ports))) or "none"
     if not rules.filesystem_restricted:
         details["filesystem"] = "unrestricted"
     if rules.landlock_only:
@@ -158,6 +187,26 @@ def _self_test_rules() -> list[tuple[str, RuleSet]]:
         network=NetworkMode.RESTRICTED,
     )
     return [("full-read", full_read), ("minimal", minimal)]
+
+
+def _network_self_test_rules() -> list[tuple[str, RuleSet]]:
+    """A proxy route (with a loopback listener) and loopback isolation with a local port."""
+    system = sorted({os.path.realpath(path) for path in minimal_paths("darwin")})
+    proxied = RuleSet(
+        filesystem_restricted=True,
+        rules=tuple(PathRule(path, Access.READ) for path in system),
+        network=NetworkMode.ENABLED,
+        route=NetworkRoute(ports=(3128,), local_binding=True),
+        local_ports=(5432,),
+    )
+    isolated = RuleSet(
+        filesystem_restricted=True,
+        rules=(PathRule("/", Access.READ),),
+        network=NetworkMode.ENABLED,
+        isolate_loopback=True,
+        local_ports=(5432,),
+    )
+    return [("proxy", proxied), ("loopback-isolation", isolated)]
 
 
 @hookimpl

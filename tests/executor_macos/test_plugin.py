@@ -14,9 +14,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from executor_macos.plugin import FEATURES, SANDBOX_EXEC, MacosBackend
+from executor_macos.plugin import FEATURES, MANAGED_NETWORK, SANDBOX_EXEC, MacosBackend
 from executor_macos.profile import render_profile
 
+from executor.errors import SandboxUnavailable
 from executor.process.confinement import plan_command
 from executor.protocol.messages import SandboxType
 from executor.sandbox import Command, Feature, HostInfo, SandboxBackend, hookimpl
@@ -25,10 +26,10 @@ from tests.executor_macos.fakehost import rules_for
 from tests.executor_macos.sexpr import split_define
 from tests.executor_macos.test_golden import (
     ALL_CASES,
-    CASES,
     codex_payload_rules,
     entry,
     rendered,
+    rules_of,
     sandbox,
     special,
 )
@@ -80,19 +81,68 @@ def test_probe_without_sandbox_exec(tmp_path: Path) -> None:
 
 
 def test_probe_self_test_passes(tmp_path: Path) -> None:
-    """On macOS the probe runs /usr/bin/true under two sample profiles before saying yes."""
+    """On macOS the probe runs /usr/bin/true under four sample profiles before saying yes: two
+    for the filesystem sections, one proxy route and one loopback isolation."""
     script, log = fake_sandbox_exec(tmp_path)
     status = MacosBackend(str(script)).probe(DARWIN)
     assert status.available
     assert status.features == FEATURES
     assert status.details["self-test"] == "passed"
+    assert status.details["network-self-test"] == "passed"
     calls = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(calls) == 2
+    assert len(calls) == 4
     for call in calls:
         assert call[0] == "-p"
         assert call[-2:] == ["--", "/usr/bin/true"]
         for define in call[2:-2]:
             split_define(define)
+    texts = [call[1] for call in calls]
+    assert "(remote ip4" in texts[3]
+    assert '(remote ip "localhost:3128")' in texts[2]
+    assert '(local ip "localhost:*")' in texts[2]
+
+
+def refusing_sandbox_exec(tmp_path: Path, marker: str) -> Path:
+    """A sandbox-exec that refuses (exit 65) any profile containing ``marker``."""
+    script = tmp_path / "sandbox-exec"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        f"if {marker!r} in sys.argv[2]:\n"
+        "    sys.stderr.write('sandbox-exec: unbound variable\\n')\n"
+        "    sys.exit(65)\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("marker", ["(remote ip4", '(remote ip "localhost:'])
+def test_network_self_test_failure_withdraws_only_managed_network(
+    tmp_path: Path, marker: str
+) -> None:
+    """A macOS that refuses the managed-network rules keeps the backend for everything else;
+    requests that need a proxy route or loopback isolation are then refused by the core."""
+    script = refusing_sandbox_exec(tmp_path, marker)
+    status = MacosBackend(str(script)).probe(DARWIN)
+    assert status.available
+    assert status.features == FEATURES - MANAGED_NETWORK
+    assert "exit 65" in status.details["network-self-test"]
+    assert "unbound variable" in status.details["network-self-test"]
+
+    @hookimpl
+    def executor_sandbox_backends(host: HostInfo) -> Sequence[SandboxBackend]:
+        return [MacosBackend(str(script))]
+
+    plugin = SimpleNamespace(executor_sandbox_backends=executor_sandbox_backends)
+    manager = SandboxManager(get_plugin_manager(blocked=["macos"], plugins=[plugin]), DARWIN)
+    for case, feature in (
+        ("workspace-proxy", "network-proxy"),
+        ("workspace-isolated", "loopback-isolation"),
+    ):
+        with pytest.raises(SandboxUnavailable, match=feature):
+            plan_command(manager, rules_of(case), command())
+    plan, _request = plan_command(manager, rules_of("workspace-network"), command())
+    assert plan.argv[0] == str(script)
 
 
 def test_probe_self_test_failure_makes_it_unavailable(tmp_path: Path) -> None:
@@ -147,6 +197,30 @@ def test_launch_plan_for_the_captured_codex_request() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("workspace", {"network": "restricted"}),
+        ("workspace-network", {"network": "enabled"}),
+        (
+            "workspace-proxy",
+            {"network": "proxy", "loopback-ports": "3128,5432", "local-binding": "loopback"},
+        ),
+        (
+            "workspace-proxy-no-binding",
+            {"network": "proxy", "loopback-ports": "3128", "local-binding": "no"},
+        ),
+        ("workspace-isolated", {"network": "loopback-isolated", "loopback-ports": "5432"}),
+    ],
+)
+def test_report_names_the_network_mode(case: str, expected: dict[str, str]) -> None:
+    """The launch report says which network section the profile has, and its loopback ports."""
+    details = MacosBackend().prepare(rules_of(case), command()).report.details
+    assert {key: details.get(key) for key in expected} == expected
+    if case in ("workspace", "workspace-network"):
+        assert "loopback-ports" not in details
+
+
 def test_report_mentions_legacy_landlock() -> None:
     """useLegacyLandlock is not silently dropped: the report says it does not apply."""
     wire = sandbox([entry(special("root"), "read")])
@@ -184,9 +258,4 @@ def test_core_plans_a_launch_through_the_backend(tmp_path: Path) -> None:
 @pytest.mark.parametrize("case", ALL_CASES, ids=ALL_CASES)
 def test_golden_rule_sets_need_only_what_seatbelt_enforces(case: str) -> None:
     """Every golden rule set passes the core's feature check against this backend."""
-    if case == "codex-0.169-payload":
-        rules = codex_payload_rules()[1]
-    else:
-        wire, env = CASES[case]
-        rules = rules_for(wire, env=env)
-    assert rules.needs <= FEATURES
+    assert rules_of(case).needs <= FEATURES
