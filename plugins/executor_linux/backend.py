@@ -16,11 +16,12 @@ from executor.sandbox import (
     HostInfo,
     LaunchPlan,
     NetworkMode,
+    NetworkRoute,
     RuleOrigin,
     RuleSet,
     SandboxType,
 )
-from executor_linux import launch_spec, plan, seccomp_policy
+from executor_linux import host_sockets, launch_spec, plan, seccomp_policy
 from executor_linux.placeholders import Placeholders, lock_directory
 from executor_linux.probe import HostSupport, host_support
 from executor_linux.resources import chain, limit_mechanisms, plan_limits
@@ -53,6 +54,10 @@ class LinuxBackend:
             )
         features = {Feature.NETWORK_BLOCK}
         missing: dict[Feature, str] = {}
+        if support.network_proxy_reason:
+            missing[Feature.NETWORK_PROXY] = support.network_proxy_reason
+        else:
+            features.add(Feature.NETWORK_PROXY)
         if support.landlock_abi:
             features |= {Feature.WRITE_RESTRICTION, Feature.READ_RESTRICTION}
         else:
@@ -95,34 +100,54 @@ class LinuxBackend:
                 "mount namespace, and the linux backend cannot use one here"
             )
         restricted = rules.network is NetworkMode.RESTRICTED
+        route = None if restricted else rules.route
+        join_net = None if route is None else _session_netns(route, support, rules)
         lock_metadata = rules.filesystem_restricted and not use_namespaces
         seccomp = seccomp_policy.compile_filter(
-            restricted, lock_metadata, shared_pids=not use_namespaces
+            restricted,
+            lock_metadata,
+            shared_pids=not use_namespaces,
+            deny_listen=route is not None and not route.local_binding,
         )
         layers: list[str] = []
         release = None
         namespaces = None
         mounts = plan.mount_plan(rules) if use_namespaces and rules.filesystem_restricted else None
+        masked_sockets: tuple[str, ...] = ()
         if use_namespaces:
             staging = plan.staging_dir(self._state_dir())
+            mount_spec = (
+                launch_spec.Mounts(staging=staging) if mounts is None else mounts.to_spec(staging)
+            )
+            if not restricted:
+                masked_sockets = host_sockets.sockets_to_mask(host_sockets.unhidden_by(mount_spec))
+                mount_spec = mount_spec._replace(
+                    operations=mount_spec.operations
+                    + tuple(("mask_socket", path) for path in masked_sockets)
+                )
             namespaces = launch_spec.Namespaces(
                 user=support.user_namespace,
                 net=restricted,
                 proc=support.fresh_proc,
                 uid=os.getuid(),
                 gid=os.getgid(),
-                mounts=launch_spec.Mounts(staging=staging)
-                if mounts is None
-                else mounts.to_spec(staging),
+                mounts=mount_spec,
+                join_net=join_net,
             )
             kinds = ["user"] if support.user_namespace else []
-            kinds += ["mount", "pid", "ipc"] + (["net"] if restricted else [])
+            kinds += ["mount", "pid", "ipc"]
+            if restricted or join_net is not None:
+                kinds.append("net" if restricted else "net=session")
             layers.append(f"namespaces({','.join(kinds)})")
-            if mounts is not None:
-                layers.append("mounts(private-dev,pins)" if rules.pinned else "mounts(private-dev)")
-                release = (
-                    self.placeholders.acquire(mounts.placeholders) if mounts.placeholders else None
-                )
+            mount_parts = [] if mounts is None else ["private-dev"]
+            if mounts is not None and rules.pinned:
+                mount_parts.append("pins")
+            if masked_sockets:
+                mount_parts.append(f"host-unix-sockets:{len(masked_sockets)}")
+            if mount_parts:
+                layers.append(f"mounts({','.join(mount_parts)})")
+            if mounts is not None and mounts.placeholders:
+                release = self.placeholders.acquire(mounts.placeholders)
         layers.append("no_new_privs")
         private_shm = bool(mounts and mounts.private_shm)
         ruleset = (
@@ -140,10 +165,18 @@ class LinuxBackend:
         details = _details(support)
         if not use_namespaces and any(r.origin is RuleOrigin.EXECUTOR_STATE for r in rules.rules):
             details["executor_state"] = "not hidden (no mount namespace; it holds no secrets)"
+        if not restricted:
+            details["host_unix_sockets"] = (
+                f"{len(masked_sockets)} masked"
+                if use_namespaces
+                else "reachable by path (no mount namespace to mask them in)"
+            )
         seccomp_modes = [
             mode
             for mode, on in (
                 ("network-off", restricted),
+                ("network-proxied", route is not None),
+                ("no-listen", route is not None and not route.local_binding),
                 ("metadata-locked", lock_metadata),
                 ("own-pid-only", not use_namespaces),
             )
@@ -179,12 +212,33 @@ class LinuxBackend:
         return self.state_dir
 
 
+def _session_netns(route: NetworkRoute, support: HostSupport, rules: RuleSet) -> tuple[str, int]:
+    """The session's network namespace a proxied command joins, or why it cannot."""
+    why = support.network_proxy_reason or (
+        "useLegacyLandlock asks for Landlock only, without namespaces"
+        if rules.landlock_only
+        else ""
+    )
+    if not why and (route.netns_path is None or route.netns_inode is None):
+        why = "the route names no network namespace to join"
+    if why:
+        raise SandboxUnavailable(
+            "proxy mode needs the command in the session's network namespace, and the linux "
+            f"backend cannot put it there: {why}"
+        )
+    assert route.netns_path is not None and route.netns_inode is not None
+    return route.netns_path, route.netns_inode
+
+
 def _details(support: HostSupport) -> dict[str, str]:
     details = {
         "landlock_abi": str(support.landlock_abi),
         "namespaces": "yes" if support.namespaces else f"no ({support.namespaces_reason})",
         "user_namespace": "yes" if support.user_namespace else "no (running as root)",
         "fresh_proc": "yes" if support.fresh_proc else "no",
+        "network_proxy": "yes"
+        if not support.network_proxy_reason
+        else f"no ({support.network_proxy_reason})",
         "python": sys.version.split()[0],
     }
     if not support.landlock_abi:

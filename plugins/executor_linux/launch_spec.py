@@ -43,7 +43,9 @@ class Mounts(NamedTuple):
     staging: str
     #: Make every existing mount read-only first.
     readonly_root: bool = False
-    #: ``(op, path)`` in order, op one of ``rw``, ``ro``, ``pin``, ``mask_dir``, ``mask_file``.
+    #: ``(op, path)`` in order, op one of ``rw``, ``ro``, ``pin``, ``mask_dir``, ``mask_file``,
+    #: ``mask_socket`` (a host Unix socket: masked like a denied file while it is one, skipped
+    #: once it is gone).
     operations: tuple[tuple[str, str], ...] = ()
     #: A private ``/dev/shm`` rather than the host's.
     private_shm: bool = False
@@ -54,10 +56,12 @@ class Mounts(NamedTuple):
 
 
 class Namespaces(NamedTuple):
-    """Layer 1: the namespaces ``unshare`` creates (mount, PID and IPC always), and the
-    mounts in them (which exist only in a private mount namespace)."""
+    """Layer 1: the namespaces ``unshare`` creates (mount, PID and IPC always), the network
+    namespace joined instead of a new one (proxy mode), and the mounts in the private mount
+    namespace."""
 
     user: bool
+    #: A new, empty network namespace (the network is off).
     net: bool
     #: Mount a fresh ``/proc`` (the host allows it).
     proc: bool
@@ -65,6 +69,9 @@ class Namespaces(NamedTuple):
     uid: int
     gid: int
     mounts: Mounts
+    #: ``(path, inode)``: join this network namespace before unsharing the others (proxy
+    #: mode: the session's); the path must still name the namespace with that inode.
+    join_net: tuple[str, int] | None = None
 
 
 class LandlockRules(NamedTuple):

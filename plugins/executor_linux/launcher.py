@@ -5,8 +5,10 @@ payload a ``launch_spec.LaunchSpec`` as ``launch_spec.encode`` made it. Layers, 
 
 0. **limits**, before anything else: join the command's cgroups, lower its rlimits
    (``rlimits.py``), so that every process the command becomes is counted and capped.
-1. **namespaces** (when the host allows them): user (if not root), mount, PID, IPC and, with
-   the network off, network. The child then forks: PID 1 of the new namespace applies the
+1. **namespaces** (when the host allows them): in proxy mode first *join* the session's
+   network namespace (``setns``; before a user namespace could void the capability that
+   needs), then unshare user (if not root), mount, PID, IPC and, with the network off,
+   network. The child then forks: PID 1 of the new namespace applies the
    **mounts** and forks the command, forwards signals to it and exits with its status (the
    kernel then kills anything left in the namespace). The outer child relays that status.
 2. after ``chdir``: **no_new_privs**, **Landlock** (paths are opened while capabilities
@@ -16,8 +18,9 @@ payload a ``launch_spec.LaunchSpec`` as ``launch_spec.encode`` made it. Layers, 
 3. ``execve``.
 
 Any failure ends the child through ``ctx.fail(stage, errno)``: the start request fails with a
-message naming the layer, and nothing runs. Stages: ``limits``, ``namespaces``, ``mounts``,
-``landlock``, ``capabilities``, ``seccomp``.
+message naming the layer, and nothing runs. Stages: ``limits``, ``network`` (joining the
+session's network namespace), ``namespaces``, ``mounts``, ``landlock``, ``capabilities``,
+``seccomp``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import stat
 import sys
 from typing import Any
 
@@ -55,6 +59,8 @@ def run(payload: bytes, ctx: Any) -> None:
         _exec_confined(launch, ctx)
         return
     before = observe.namespace_inodes()
+    if namespaces.join_net is not None:
+        _join_network(namespaces.join_net, ctx)
     ctx.run("namespaces", lambda: _enter_namespaces(namespaces))
     os.setpgid(0, 0)  # our own group: the daemon signals it; PID 1 forwards to the command
     init = os.fork()
@@ -65,6 +71,28 @@ def run(payload: bytes, ctx: Any) -> None:
     for signum in _FORWARDED:
         signal.signal(signum, signal.SIG_IGN)  # PID 1 is in our group and gets them itself
     os._exit(_wait_status(init))
+
+
+def _join_network(join: tuple[str, int], ctx: Any) -> None:
+    """Enter the session's network namespace, or fail the ``network`` stage.
+
+    The path (a descriptor the daemon holds, seen through ``/proc``) must still name the
+    namespace the daemon planned with: a closed session's descriptor number may since have
+    been reused for anything else, another namespace included.
+    """
+    path, inode = join
+    gone = f"the session's network namespace is gone ({path} no longer names namespace {inode})"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        ctx.fail("network", 0, f"{gone}: {exc.strerror}")
+        return
+    try:
+        if os.fstat(fd).st_ino != inode:
+            ctx.fail("network", 0, gone)
+        ctx.run("network", lambda: syscalls.setns(fd, syscalls.CLONE_NEWNET))
+    finally:
+        os.close(fd)
 
 
 def _enter_namespaces(spec: Namespaces) -> None:
@@ -184,7 +212,7 @@ def _apply_mounts(namespaces: Namespaces, tty: bool) -> None:
     host_readonly = {point for point, readonly in _mountinfo() if readonly}
     empty_file = None
     empty_fd = -1
-    if any(op == "mask_file" for op, _ in plan.operations):
+    if any(op in ("mask_file", "mask_socket") for op, _ in plan.operations):
         # Held open and bound through its descriptor: the staging directory lives in the
         # executor's state directory, which a later operation masks when it is visible.
         empty_fd = os.open(_staging_file(plan.staging), os.O_PATH | os.O_CLOEXEC)
@@ -333,6 +361,10 @@ def _staging_file(staging: str) -> str:
 
 
 def _mount_one(op: str, path: str, empty_file: str | None, host_readonly: set[str]) -> None:
+    if op == "mask_socket":
+        assert empty_file is not None
+        _mask_socket(path, empty_file)
+        return
     fd = _open_exact(path, link_ok=op == "pin")
     try:
         target = f"/proc/self/fd/{fd}"
@@ -358,6 +390,23 @@ def _mount_one(op: str, path: str, empty_file: str | None, host_readonly: set[st
             syscalls.mount_setattr(path, set_flags=syscalls.MOUNT_ATTR_RDONLY)
         else:
             raise OSError(errno.EINVAL, f"unknown mount operation {op}")
+    finally:
+        os.close(fd)
+
+
+def _mask_socket(path: str, empty_file: str) -> None:
+    """Cover a host Unix socket with the empty mode-000 file: ``connect`` by that path then
+    finds no socket (``EACCES`` without capabilities). Sockets come and go: one removed or
+    replaced by a non-socket since planning has nothing left to reach, and is skipped."""
+    try:
+        fd = _open_exact(path)
+    except FileNotFoundError:
+        return
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            return
+        syscalls.mount(empty_file, f"/proc/self/fd/{fd}", None, syscalls.MS_BIND)
+        syscalls.mount_setattr(path, set_flags=syscalls.MOUNT_ATTR_RDONLY)
     finally:
         os.close(fd)
 

@@ -5,7 +5,8 @@ must say what *happened*, not what was planned: a layer that was planned but is 
 fails the launch here, before the command runs. Observed, from the process that is about to
 become (or spawn) the command, after every layer was applied:
 
-* namespaces: each planned one has another inode than before ``unshare`` (``/proc/self/ns``);
+* namespaces: each planned one has another inode than before ``unshare`` (``/proc/self/ns``),
+  a joined network namespace the planned inode;
 * mounts: ``/`` read-only when planned, the private ``/dev`` (a read-only tmpfs with a devpts
   instance), a fresh ``/proc``, and every planned mount point there with the planned flag;
 * ``/proc/self/status``: ``NoNewPrivs: 1``, every capability set empty, ``Seccomp: 2`` with
@@ -20,6 +21,7 @@ not grant ``/proc``); reading an open procfs file from offset 0 shows the state 
 from __future__ import annotations
 
 import os
+import stat
 
 from executor_linux.launch_spec import LaunchSpec, Namespaces
 
@@ -88,7 +90,12 @@ class Observer:
         for name in planned:
             if after[name] == before[name]:
                 problems.append(f"the {name} namespace is the host's")
-        return f"namespaces({','.join(f'{n}:{after[n]}' for n in planned)})"
+        shown = [f"{n}:{after[n]}" for n in planned]
+        if spec.join_net is not None:
+            if after["net"] != spec.join_net[1]:
+                problems.append("the net namespace is not the session's")
+            shown.append(f"net:{after['net']}=session")
+        return f"namespaces({','.join(shown)})"
 
     def _mounts(self, spec: Namespaces, problems: list[str]) -> str:
         plan = spec.mounts
@@ -112,6 +119,9 @@ class Observer:
                 expect(path, readonly=True)
             elif op == "mask_dir":
                 expect(path, fstype="tmpfs")
+            elif op == "mask_socket":
+                if path not in mounts and _is_socket(path):
+                    problems.append(f"the host socket {path} is not masked")
             else:
                 expect(path)
         extra = []
@@ -125,6 +135,14 @@ class Observer:
         readonly = ["read-only /"] if plan.readonly_root else []
         checked = len(plan.operations)
         return f"mounts({', '.join([*readonly, *extra, f'{checked} planned mounts'])})"
+
+
+def _is_socket(path: str) -> bool:
+    """A socket the launcher skipped as gone must still be gone (or no socket) now."""
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _read_all(fd: int) -> str:

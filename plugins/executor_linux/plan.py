@@ -209,7 +209,11 @@ def landlock_plan(
     net = landlock.NET_BIND_TCP | landlock.NET_CONNECT_TCP if restricted and abi >= 4 else 0
     scoped = 0
     if abi >= 6:
-        scoped = landlock.SCOPE_SIGNAL | (landlock.SCOPE_ABSTRACT_UNIX_SOCKET if restricted else 0)
+        # Abstract Unix sockets are scoped by network namespace: a proxied command's session
+        # namespace holds only the session's own, which its commands share. Otherwise (the
+        # network off, or the host's namespace) only the command's own are reachable.
+        proxied = not restricted and rules.route is not None
+        scoped = landlock.SCOPE_SIGNAL | (0 if proxied else landlock.SCOPE_ABSTRACT_UNIX_SOCKET)
     if not (fs or net or scoped):
         return None
     grants: list[tuple[str, int]] = []

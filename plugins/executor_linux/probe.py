@@ -39,6 +39,8 @@ class HostSupport:
     user_namespace: bool
     fresh_proc: bool
     seccomp_reason: str
+    #: Why a command cannot join a session's network namespace here ("": it can).
+    network_proxy_reason: str = ""
 
     @property
     def seccomp(self) -> bool:
@@ -99,6 +101,44 @@ def _probe_landlock() -> tuple[int, str]:
     )
 
 
+#: CAP_SYS_ADMIN's bit in ``/proc/self/status`` ``CapEff``.
+_CAP_SYS_ADMIN = 21
+
+
+def _has_sys_admin() -> bool:
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def _network_proxy_reason(namespaces: bool, namespaces_reason: str) -> str:
+    """Why proxy mode cannot be enforced here ("" when it can).
+
+    The command joins the session's network namespace, which the daemon created: ``setns``
+    needs CAP_SYS_ADMIN in that namespace's owning user namespace. An unprivileged daemon's
+    commands get a new user namespace first, which voids the daemon's capabilities, and the
+    join must come before it; so only a daemon with CAP_SYS_ADMIN that needs no new user
+    namespace (root) can do it.
+    """
+    if not namespaces:
+        return f"needs private namespaces; {namespaces_reason}"
+    if os.getuid() != 0:
+        return (
+            "joining the session's network namespace needs a root daemon (this one runs as "
+            f"uid {os.getuid()}, its commands in a user namespace of their own)"
+        )
+    if not _has_sys_admin():
+        return (
+            "joining the session's network namespace needs CAP_SYS_ADMIN, which this daemon lacks"
+        )
+    return ""
+
+
 @cache
 def host_support() -> HostSupport:
     """Probe every layer (once)."""
@@ -112,4 +152,5 @@ def host_support() -> HostSupport:
         user_namespace=os.getuid() != 0,
         fresh_proc=proc,
         seccomp_reason=seccomp_policy.available() or "",
+        network_proxy_reason=_network_proxy_reason(namespaces, ns_reason),
     )

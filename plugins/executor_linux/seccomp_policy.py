@@ -36,6 +36,9 @@ socket types) for ``socket`` and ``socketpair`` alike; everything else is refuse
   ``getaddrinfo`` asks the kernel's routing netlink which addresses exist), any type. The
   rest — ``AF_VSOCK`` (host services), ``AF_PACKET``, ``AF_ALG``, ``AF_BLUETOOTH``, ... — is
   kernel attack surface or a way around the host's network rules.
+* network proxied (the session's private network namespace, only ``lo`` up): the same
+  families; without local binding ``listen`` is refused too. It takes only a descriptor, so
+  this refuses listening Unix stream sockets as well, not only TCP ones.
 
 Metadata locked (only when no mount namespace backs the filesystem rules): Landlock does not
 govern ``chmod``, ``chown``, ``utime`` or extended attributes, so without read-only mounts
@@ -227,9 +230,15 @@ def _import_pyseccomp() -> Any:
 
 @cache
 def compile_filter(
-    network_restricted: bool, lock_metadata: bool = False, shared_pids: bool = False
+    network_restricted: bool,
+    lock_metadata: bool = False,
+    shared_pids: bool = False,
+    deny_listen: bool = False,
 ) -> bytes:
     """The raw BPF program for the network mode (built once per daemon and variant).
+
+    ``deny_listen``: ``listen`` fails with ``EPERM`` (a proxied command without local
+    binding); implied when ``network_restricted``.
 
     ``shared_pids``: the command shares the host's PID namespace (no namespaces here), so a
     process ID may name a host process of the same user, whose limits, priority or CPU
@@ -256,6 +265,8 @@ def compile_filter(
     if network_restricted:
         for name in NETWORK_DENIED:
             _deny(f, seccomp, name)
+    elif deny_listen:
+        _deny_required(f, seccomp, "listen")
     if shared_pids:
         _deny(f, seccomp, "prlimit64", seccomp.Arg(0, seccomp.NE, 0), seccomp.Arg(2, seccomp.NE, 0))
         for name in OTHER_PROCESS_SETTERS:

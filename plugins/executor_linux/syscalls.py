@@ -24,6 +24,7 @@ __all__ = [
     "mount",
     "mount_setattr",
     "set_no_new_privs",
+    "setns",
     "syscall",
     "unshare",
 ]
@@ -84,6 +85,11 @@ def syscall(number: int, *args: object) -> int:
 def unshare(flags: int) -> None:
     """``unshare(2)``."""
     _check(_libc.unshare(flags))
+
+
+def setns(fd: int, nstype: int) -> None:
+    """``setns(2)``: join the namespace ``fd`` refers to (of kind ``nstype``)."""
+    _check(_libc.setns(fd, nstype))
 
 
 def mount(
