@@ -7,11 +7,16 @@ These tests have not been run by this project's CI, which has no macOS runner.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +24,7 @@ import pytest
 from executor_macos.plugin import MacosBackend
 
 from executor.protocol.intent import parse_sandbox
-from executor.sandbox import Command, HostInfo
+from executor.sandbox import Command, HostInfo, NetworkRoute, RuleSet
 from executor.sandbox.host import LocalHost, state_directory
 from executor.sandbox.materialize import materialize
 from executor.sandbox.purpose import Purpose
@@ -71,14 +76,8 @@ def backend() -> MacosBackend:
     return backend
 
 
-def start(
-    backend: MacosBackend,
-    sandbox: Mapping[str, Any],
-    argv: list[str],
-    cwd: Path,
-    env: Mapping[str, str] = ENV,
-) -> subprocess.Popen[bytes]:
-    """Start ``argv`` sandboxed by ``sandbox`` (materialized on this host)."""
+def materialized(sandbox: Mapping[str, Any], cwd: Path, env: Mapping[str, str] = ENV) -> RuleSet:
+    """The rule set of ``sandbox`` on this host."""
     host = LocalHost(hidden_paths=(state_directory(),))
     rules = materialize(
         parse_sandbox(dict(sandbox)),
@@ -88,6 +87,19 @@ def start(
         child_env=env,
     )
     assert rules is not None
+    return rules
+
+
+def start(
+    backend: MacosBackend,
+    sandbox: Mapping[str, Any] | RuleSet,
+    argv: list[str],
+    cwd: Path,
+    env: Mapping[str, str] = ENV,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` sandboxed by ``sandbox`` (a wire intent materialized on this host, or a
+    rule set)."""
+    rules = sandbox if isinstance(sandbox, RuleSet) else materialized(sandbox, cwd, env)
     command = Command(executable=argv[0], argv=tuple(argv), env=dict(env), cwd=str(cwd), tty=False)
     plan = backend.prepare(rules, command)
     return subprocess.Popen(
@@ -303,3 +315,143 @@ def test_executor_run_enforces_the_workspace_profile(workspace: Path, outside_ho
     assert result.stdout.split() == ["inside-ok", "outside-denied", "network-denied"]
     assert (workspace / "inside.txt").read_text() == "in\n"
     assert not (outside_home / "x.txt").exists()
+
+
+# --- managed network -------------------------------------------------------------------------
+
+#: Run in the sandbox: try each (kind, address, port) and print what happened, as JSON.
+#: "ok" is a connect or bind that succeeded; otherwise the errno's name (EPERM: Seatbelt).
+PROBE = """
+import errno, json, socket, sys
+results = []
+for kind, address, port in json.loads(sys.argv[1]):
+    family = socket.AF_UNIX if kind == "unix" else (
+        socket.AF_INET6 if ":" in address else socket.AF_INET)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    target = address if kind == "unix" else (address, port)
+    try:
+        if kind == "bind":
+            sock.bind(target)
+            sock.listen()
+        else:
+            sock.connect(target)
+        results.append("ok")
+    except OSError as exc:
+        results.append(errno.errorcode.get(exc.errno, str(exc)))
+    finally:
+        sock.close()
+print(json.dumps(results))
+"""
+
+
+def probe(
+    backend: MacosBackend, rules: RuleSet, cwd: Path, targets: list[tuple[str, str, int]]
+) -> list[str]:
+    """What each connect or bind in ``targets`` gives under ``rules``."""
+    argv = [sys.executable, "-I", "-S", "-c", PROBE, json.dumps(targets)]
+    process = start(backend, rules, argv, cwd)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    results: list[str] = json.loads(stdout)
+    return results
+
+
+@contextlib.contextmanager
+def host_listener(address: str = "127.0.0.1") -> Iterator[int]:
+    """A host loopback service the sandbox must not reach unless listed; yields its port."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.create_server((address, 0), family=family) as server:
+        yield server.getsockname()[1]
+
+
+@contextlib.contextmanager
+def host_unix_listener() -> Iterator[str]:
+    """A host Unix socket in /tmp (like tmux's), created outside the sandbox; yields its path."""
+    with tempfile.TemporaryDirectory(dir="/private/tmp") as directory:
+        path = os.path.join(directory, "host.sock")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            server.bind(path)
+            server.listen()
+            yield path
+        finally:
+            server.close()
+
+
+def network_rules(workspace: Path, **fields: Any) -> RuleSet:
+    """The workspace profile with network on, plus the managed-network ``fields``."""
+    return replace(materialized(intent(workspace, WORKSPACE, "enabled"), workspace), **fields)
+
+
+DENIED = ("EPERM", "EACCES")
+
+
+def test_proxy_route_reaches_only_its_ports(backend: MacosBackend, workspace: Path) -> None:
+    """Proxy mode: the route's loopback port connects; another host listener, its IPv6 and
+    IPv4-mapped spellings, a public address and a host Unix socket are refused by Seatbelt."""
+    with host_listener() as proxy, host_listener() as other, host_unix_listener() as unix:
+        rules = network_rules(workspace, route=NetworkRoute(ports=(proxy,), local_binding=False))
+        results = probe(
+            backend,
+            rules,
+            workspace,
+            [
+                ("tcp", "127.0.0.1", proxy),
+                ("tcp", "127.0.0.1", other),
+                ("tcp", "::1", other),
+                ("tcp", "::ffff:127.0.0.1", other),
+                ("tcp", "0.0.0.0", other),
+                ("tcp", "192.0.2.1", 80),
+                ("unix", unix, 0),
+                ("bind", "127.0.0.1", 0),
+            ],
+        )
+    assert results[0] == "ok"
+    for result in results[1:]:
+        assert result in DENIED, results
+
+
+def test_proxy_local_binding_is_loopback_only(backend: MacosBackend, workspace: Path) -> None:
+    """With local binding the command listens on 127.0.0.1, but not on every interface."""
+    rules = network_rules(workspace, route=NetworkRoute(ports=(9,), local_binding=True))
+    results = probe(backend, rules, workspace, [("bind", "127.0.0.1", 0), ("bind", "0.0.0.0", 0)])
+    assert results[0] == "ok"
+    assert results[1] in DENIED
+
+
+def test_loopback_isolation(backend: MacosBackend, workspace: Path) -> None:
+    """Network on with the loopback isolated: a listed port connects; an unlisted host listener
+    is refused by every spelling of the loopback; a host Unix socket is refused; names still
+    resolve (mDNSResponder's socket stays open)."""
+    with host_listener() as listed, host_listener() as other, host_unix_listener() as unix:
+        rules = network_rules(workspace, isolate_loopback=True, local_ports=(listed,))
+        results = probe(
+            backend,
+            rules,
+            workspace,
+            [
+                ("tcp", "127.0.0.1", listed),
+                ("tcp", "127.0.0.1", other),
+                ("tcp", "0.0.0.0", other),
+                ("tcp", "::1", other),
+                ("tcp", "::ffff:127.0.0.1", other),
+                ("tcp", "::ffff:0.0.0.0", other),
+                ("unix", unix, 0),
+            ],
+        )
+        resolve = "import socket; socket.getaddrinfo('localhost', 80)"
+        process = start(backend, rules, [sys.executable, "-I", "-S", "-c", resolve], workspace)
+        _out, err = process.communicate(timeout=60)
+    assert results[0] == "ok"
+    for result in results[1:]:
+        assert result in DENIED, results
+    assert process.returncode == 0, err
+
+
+def test_network_enabled_reaches_host_unix_sockets(backend: MacosBackend, workspace: Path) -> None:
+    """The control: plain network-on (no isolation) does reach a host Unix socket, which is
+    why loopback isolation exists."""
+    with host_unix_listener() as unix:
+        rules = materialized(intent(workspace, WORKSPACE, "enabled"), workspace)
+        assert probe(backend, rules, workspace, [("unix", unix, 0)]) == ["ok"]
