@@ -12,6 +12,7 @@ docs/profiles.md is the reference.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from executor.sandbox.network import (
@@ -24,7 +25,7 @@ from executor.sandbox.network import (
 if TYPE_CHECKING:  # profile_parse imports this module
     from executor.sandbox.profile_parse import Problems
 
-__all__ = ["MODES", "NETWORK_KEYS", "merge_network", "network_table"]
+__all__ = ["MODES", "NETWORK_KEYS", "merge_network", "network_entries", "network_table"]
 
 #: Every key of ``[network]``.
 NETWORK_KEYS: Final = ("allow", "deny", "enabled", "local_ports", "mode")
@@ -35,28 +36,78 @@ _ON_ONLY: Final = ("mode", "local_ports", *_PROXY_ONLY)
 _MAX_PORT: Final = 65535
 
 
+def network_entries(table: Any, problems: Problems) -> None:
+    """Check what one file's ``[network]`` says on its own — keys, types, patterns, ports —
+    so that a mistake in a profile others extend names that profile's file. Whether the keys
+    fit together is for ``network_table``, once ``extends`` has merged the tables."""
+    _parse(table, problems)
+
+
 def network_table(table: Any, problems: Problems) -> NetworkPolicy:
     """The policy of a (merged) ``[network]`` table; every problem is added to ``problems``
     at its key (the policy is then only a placeholder)."""
+    parsed = _parse(table, problems)
+    if parsed is None or parsed.enabled is None:
+        return NetworkPolicy()
+    if not parsed.enabled:
+        off = "enabled = false" + ("" if "enabled" in table else " (the default)")
+        if "mode" in table:
+            problems.add(
+                "network.mode",
+                f"mode = {_toml(table['mode'])} with {off}: a mode applies only to a network"
+                " that is on (set enabled = true, or remove mode)",
+            )
+        _proxy_only(table, off, problems)
+        if "local_ports" in table:
+            problems.add(
+                "network.local_ports",
+                f"local ports apply only to a network that is on, and here {off}:"
+                " set enabled = true, or remove local_ports",
+            )
+        return NetworkPolicy()
+    if parsed.mode is NetworkAccess.FULL:
+        default = "" if "mode" in table else " (the default)"
+        _proxy_only(table, f'mode = "full"{default}, the host\'s whole network', problems)
+        return NetworkPolicy(mode=parsed.mode, local_ports=parsed.ports)
+    if parsed.mode is NetworkAccess.PROXY:
+        return NetworkPolicy(
+            mode=parsed.mode, allow=parsed.allow, deny=parsed.deny, local_ports=parsed.ports
+        )
+    return NetworkPolicy()  # not a mode: named already
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    """A table's values, each ``None`` or left out where it is wrong (and named)."""
+
+    enabled: bool | None
+    mode: NetworkAccess | None
+    allow: tuple[str, ...]
+    deny: tuple[str, ...]
+    ports: tuple[int, ...]
+
+
+def _parse(table: Any, problems: Problems) -> _Parsed | None:
     if not isinstance(table, dict):
         problems.add("network", "must be a table")
-        return NetworkPolicy()
+        return None
     for key in sorted(set(table) - set(NETWORK_KEYS)):
         problems.add(f"network.{key}", f"unknown key (known: {', '.join(NETWORK_KEYS)})")
     enabled = table.get("enabled", False)
     if type(enabled) is not bool:
         problems.add("network.enabled", "must be true or false")
-        return NetworkPolicy()
-    mode = _mode(table, enabled, problems)
-    off = _meaningless(table, mode)
-    allow = _patterns(table, "allow", off, problems)
-    deny = _patterns(table, "deny", off, problems)
-    ports = _ports(table, enabled, problems)
-    if mode is NetworkAccess.PROXY:
-        return NetworkPolicy(mode=mode, allow=allow, deny=deny, local_ports=ports)
-    if mode is NetworkAccess.FULL:
-        return NetworkPolicy(mode=mode, local_ports=ports)
-    return NetworkPolicy()
+        enabled = None
+    mode = table.get("mode", "full")
+    if mode not in MODES:
+        choices = " or ".join(f'"{known}"' for known in MODES)
+        problems.add("network.mode", f"must be {choices}, got {_toml(mode)}")
+    return _Parsed(
+        enabled=enabled,
+        mode=NetworkAccess(mode) if mode in MODES else None,
+        allow=_patterns(table, "allow", problems),
+        deny=_patterns(table, "deny", problems),
+        ports=_ports(table, problems),
+    )
 
 
 def _toml(value: object) -> str:
@@ -66,47 +117,18 @@ def _toml(value: object) -> str:
     return json.dumps(value) if isinstance(value, str) else repr(value)
 
 
-def _off(table: dict[str, Any]) -> str:
-    return "enabled = false" + ("" if "enabled" in table else " (the default)")
-
-
-def _meaningless(table: dict[str, Any], mode: NetworkAccess | None) -> str | None:
-    """Why host patterns mean nothing here (``None``: they do, or the mode is unknown)."""
-    if mode is NetworkAccess.NONE:
-        return _off(table)
-    if mode is NetworkAccess.FULL:
-        default = "" if "mode" in table else " (the default)"
-        return f'mode = "full"{default}, the host\'s whole network'
-    return None
-
-
-def _mode(table: dict[str, Any], enabled: bool, problems: Problems) -> NetworkAccess | None:
-    """The mode (``None``: not a mode; it is named, and the checks that depend on the mode
-    are skipped rather than made against a guess)."""
-    value = table.get("mode", "full")
-    known = value in MODES
-    if not known:
-        choices = " or ".join(f'"{mode}"' for mode in MODES)
-        problems.add("network.mode", f"must be {choices}, got {_toml(value)}")
-    if not enabled:
-        if "mode" in table:
+def _proxy_only(table: dict[str, Any], here: str, problems: Problems) -> None:
+    for key in _PROXY_ONLY:
+        if key in table:
             problems.add(
-                "network.mode",
-                f"mode = {_toml(value)} with {_off(table)}: a mode applies only to a network"
-                " that is on (set enabled = true, or remove mode)",
+                f"network.{key}", f'host patterns apply only with mode = "proxy", and here {here}'
             )
-        return NetworkAccess.NONE
-    return NetworkAccess(value) if known else None
 
 
-def _patterns(
-    table: dict[str, Any], key: str, off: str | None, problems: Problems
-) -> tuple[str, ...]:
+def _patterns(table: dict[str, Any], key: str, problems: Problems) -> tuple[str, ...]:
     if key not in table:
         return ()
     where, value = f"network.{key}", table[key]
-    if off is not None:
-        problems.add(where, f'host patterns apply only with mode = "proxy", and here {off}')
     if not isinstance(value, list):
         problems.add(where, "must be a list of host patterns")
         return ()
@@ -131,16 +153,10 @@ def _patterns(
     return tuple(patterns)
 
 
-def _ports(table: dict[str, Any], enabled: bool, problems: Problems) -> tuple[int, ...]:
+def _ports(table: dict[str, Any], problems: Problems) -> tuple[int, ...]:
     if "local_ports" not in table:
         return ()
     value = table["local_ports"]
-    if not enabled:
-        problems.add(
-            "network.local_ports",
-            f"local ports apply only to a network that is on, and here {_off(table)}:"
-            " set enabled = true, or remove local_ports",
-        )
     if not isinstance(value, list):
         problems.add("network.local_ports", f"must be a list of port numbers 1..{_MAX_PORT}")
         return ()

@@ -73,7 +73,7 @@ from executor.protocol.intent import (
 from executor.protocol.paths import to_uri
 from executor.sandbox.limits import ResourceLimits, default_limits
 from executor.sandbox.network import NetworkAccess, NetworkPolicy
-from executor.sandbox.profile_network import merge_network
+from executor.sandbox.profile_network import merge_network, network_entries
 from executor.sandbox.profile_parse import (
     TOP_KEYS,
     InvalidProfile,
@@ -195,7 +195,8 @@ class _Raw:
 
 
 def read_file(path: Path) -> tuple[_Raw | None, list[Problem]]:
-    """Parse one profile file (syntax, top-level keys, ``[limits]``); every problem found.
+    """Parse one profile file (syntax, top-level keys, ``[limits]``, what ``[network]`` says
+    on its own); every problem found.
 
     The file is ``None`` when it cannot be read or is not TOML.
     """
@@ -212,6 +213,8 @@ def read_file(path: Path) -> tuple[_Raw | None, list[Problem]]:
         problems.add(key, f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
     if "limits" in data:
         limits_table(data["limits"], problems)  # here, so that an error names the file
+    if "network" in data and data.get("type") != "disabled":  # (which reads no [network])
+        network_entries(data["network"], problems)  # so does one in a host pattern or port
     if type(data.get("replaces_shipped", False)) is not bool:
         problems.add("replaces_shipped", "must be true or false")
     return _Raw(path.stem, str(path), data), problems.items
