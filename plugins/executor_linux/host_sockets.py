@@ -75,18 +75,22 @@ def unhidden_by(mounts: Mounts) -> Callable[[str], bool]:
     if mounts.private_shm:
         hidden.add("/dev/shm")
     fresh_dev = mounts.private_dev
+    directories: dict[str, bool] = {"/": True}  # sockets share directories: each walked once
 
     def unhidden(path: str) -> bool:
         # A private /dev holds nothing of the host's but /dev/shm (when that is not private).
         in_shm = path == "/dev/shm" or path.startswith("/dev/shm/")
         if fresh_dev and path.startswith("/dev/") and not in_shm:
             return False
-        current = path
-        while current != "/":
-            if current in hidden:
-                return False
-            current = posixpath.dirname(current)
-        return True
+        return path not in hidden and directory_unhidden(posixpath.dirname(path))
+
+    def directory_unhidden(directory: str) -> bool:
+        known = directories.get(directory)
+        if known is None:
+            known = directories[directory] = directory not in hidden and directory_unhidden(
+                posixpath.dirname(directory)
+            )
+        return known
 
     return unhidden
 
