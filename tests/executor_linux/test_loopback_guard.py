@@ -1,0 +1,497 @@
+"""Loopback isolation: real cgroup-v2 BPF hooks on this kernel, real sockets.
+
+Every listener here is the test's own (an ephemeral port on 127.0.0.1, 127.0.0.2, ::1, the
+host's interface address, or port 53 on an unused 127/8 address); guarded processes are
+small Python children that join their cgroup first. Each refusal is checked beside the
+same call from outside the guard (or from the same scope) succeeding.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import json
+import os
+import secrets
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+from executor_linux import bpf
+from executor_linux.loopback_guard import (
+    DNS_PORT,
+    STATIC_LOCAL,
+    GuardedCommand,
+    LoopbackGuard,
+    local_prefixes,
+    loopback_guard_support,
+)
+
+from tests.executor_linux.conftest import UNPRIVILEGED_UID, as_user
+from tests.support.enforcement import skip_unless
+
+#: Joins the cgroups named in argv[1], runs the operations, prints one result per operation
+#: ("ok", a bound port, an errno name or "timeout"; port -1 is the last one bound); with
+#: argv[2] == "serve" it then keeps its sockets open until its stdin closes.
+CHILD = r"""
+import errno, json, os, socket, sys
+joins, ops = json.loads(sys.argv[1])
+for join in joins:
+    fd = os.open(join, os.O_WRONLY)
+    os.write(fd, b"0")
+    os.close(fd)
+held, results = [], []
+def family(host):
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+last = 0
+for kind, host, port in ops:
+    port = last if port == -1 else port
+    try:
+        if kind == "tcp":
+            s = socket.socket(family(host), socket.SOCK_STREAM)
+            s.settimeout(1.0)
+            s.connect((host, port))
+            results.append("ok")
+        elif kind == "mptcp":
+            s = socket.socket(family(host), socket.SOCK_STREAM, 262)
+            s.settimeout(1.0)
+            s.connect((host, port))
+            results.append("ok")
+        elif kind == "fastopen":
+            s = socket.socket(family(host), socket.SOCK_STREAM)  # blocking: connects first
+            s.sendto(b"x", socket.MSG_FASTOPEN, (host, port))
+            results.append("ok")
+        elif kind == "udp":
+            s = socket.socket(family(host), socket.SOCK_DGRAM)
+            s.sendto(b"x", (host, port))
+            results.append("ok")
+        elif kind == "udp6-mapped":
+            s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            s.sendto(b"x", (host, port))
+            results.append("ok")
+        elif kind == "udp-connect":
+            s = socket.socket(family(host), socket.SOCK_DGRAM)
+            s.connect((host, port))
+            results.append("ok")
+        elif kind == "listen":
+            s = socket.socket(family(host), socket.SOCK_STREAM)
+            if host == "::":
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            s.bind((host, port))
+            s.listen()
+            held.append(s)
+            last = s.getsockname()[1]
+            results.append(last)
+            continue
+        elif kind == "listen-udp":
+            s = socket.socket(family(host), socket.SOCK_DGRAM)
+            s.bind((host, port))
+            held.append(s)
+            results.append(s.getsockname()[1])
+            continue
+        s.close()
+    except TimeoutError:
+        results.append("timeout")
+    except OSError as exc:
+        results.append(errno.errorcode.get(exc.errno or 0, str(exc)))
+print(json.dumps(results), flush=True)
+if sys.argv[2:] == ["serve"]:
+    sys.stdin.read()
+"""
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+
+
+def _supported() -> None:
+    ok, reason = loopback_guard_support()
+    skip_unless(ok, f"loopback isolation is unavailable here: {reason}")
+
+
+@pytest.fixture(scope="module")
+def guard() -> LoopbackGuard:
+    """One guard for the module, as one daemon has."""
+    return LoopbackGuard()
+
+
+@contextmanager
+def guarded(
+    guard: LoopbackGuard, scope: str | None, ports: tuple[int, ...] = ()
+) -> Iterator[GuardedCommand]:
+    command = guard.join(scope, ports)
+    try:
+        yield command
+    finally:
+        command.release()
+
+
+def run(command: GuardedCommand | None, *ops: tuple[str, str, int]) -> list[object]:
+    """The operations' results from a child in ``command``'s cgroup (None: unguarded)."""
+    joins = list(command.joins) if command is not None else []
+    argv = [sys.executable, "-I", "-S", "-c", CHILD, json.dumps([joins, ops])]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
+    results: list[object] = json.loads(done.stdout)
+    return results
+
+
+@contextmanager
+def server(command: GuardedCommand, *ops: tuple[str, str, int]) -> Iterator[list[int]]:
+    """A child in ``command``'s cgroup holding the listeners ``ops`` open; yields their ports."""
+    argv = [
+        sys.executable,
+        "-I",
+        "-S",
+        "-c",
+        CHILD,
+        json.dumps([list(command.joins), ops]),
+        "serve",
+    ]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            ports = json.loads(child.stdout.readline())
+            assert all(isinstance(p, int) for p in ports), ports
+            yield [int(p) for p in ports]
+        finally:
+            child.stdin.close()
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+
+def listener(stack: ExitStack, host: str, kind: int = socket.SOCK_STREAM, port: int = 0) -> int:
+    """The test's own listener (TCP, or a bound UDP socket) on ``host``; its port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = stack.enter_context(socket.socket(family, kind))
+    sock.bind((host, port))
+    if kind == socket.SOCK_STREAM:
+        sock.listen()
+    return int(sock.getsockname()[1])
+
+
+def interface_address() -> str | None:
+    """An IPv4 address of this host outside 127/8, if it has one."""
+    for prefix in local_prefixes():
+        network = ipaddress.ip_network(prefix)
+        if (
+            network.version == 4
+            and network.prefixlen == 32
+            and not network.is_loopback
+            and not network.is_multicast
+            and str(network.network_address) != "255.255.255.255"
+        ):
+            address = str(network.network_address)
+            try:  # a broadcast address can be bound, but not connected to
+                with socket.socket() as server, socket.socket() as client:
+                    server.bind((address, 0))
+                    server.listen()
+                    client.connect(server.getsockname())
+                return address
+            except OSError:
+                continue
+    return None
+
+
+# --- without the kernel ---------------------------------------------------------------------
+
+
+def test_static_prefixes_cover_loopback_unspecified_and_mapped_forms() -> None:
+    assert {"127.0.0.0/8", "0.0.0.0/8", "::1/128", "::/128"} <= set(STATIC_LOCAL)
+    from executor_linux.loopback_guard import _key
+
+    key = _key(ipaddress.ip_network("127.0.0.0/8"))
+    # prefix 96 + 8 over ::ffff:127.0.0.0, the form the programs build for IPv4
+    assert key == struct.pack("=I", 104) + bytes(10) + b"\xff\xff\x7f\0\0\0"
+
+
+def test_assembler_resolves_forward_jumps_and_two_slot_loads() -> None:
+    a = bpf.Asm()
+    a.jump("jeq", bpf.R1, 0, "end")
+    a.load_imm64(bpf.R0, 2**40 + 5)
+    a.label("end")
+    a.exit()
+    code = a.code()
+    assert len(code) == 4 * 8
+    _op, _regs, offset, _imm = struct.unpack_from("<BBhi", code, 0)
+    assert offset == 2  # over both slots of ld_imm64
+    low = struct.unpack_from("<i", code, 8 + 4)[0]
+    high = struct.unpack_from("<i", code, 16 + 4)[0]
+    assert (high << 32) | (low & 0xFFFFFFFF) == 2**40 + 5
+
+
+def test_local_prefixes_hold_every_interface_address() -> None:
+    """The rtnetlink snapshot: each IPv6 address of /proc/net/if_inet6 is in it."""
+    found = {ipaddress.ip_network(p) for p in local_prefixes()}
+    assert ipaddress.ip_network("127.0.0.0/8") in found
+    for line in Path("/proc/net/if_inet6").read_text().splitlines():
+        address = ipaddress.ip_address(
+            ":".join(line.split()[0][i : i + 4] for i in range(0, 32, 4))
+        )
+        assert any(address in network for network in found), address
+
+
+# --- the kernel's view ----------------------------------------------------------------------
+
+
+@pytest.mark.enforcement
+def test_the_probe_says_yes_as_root_and_why_not_unprivileged() -> None:
+    skip_unless(os.getuid() == 0, "the test runs as root")
+    assert loopback_guard_support() == (True, "")
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "from executor_linux.loopback_guard import loopback_guard_support as s; print(s())"
+    )
+    plugins = str(Path(__file__).parents[2] / "plugins")
+    done = subprocess.run(
+        [*as_user(UNPRIVILEGED_UID), sys.executable, "-I", "-S", "-c", script, plugins],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert "(False, 'attaching cgroup BPF programs needs CAP_NET_ADMIN" in done.stdout
+
+
+@pytest.mark.enforcement
+def test_a_refused_program_carries_the_verifier_log() -> None:
+    _supported()
+    a = bpf.Asm()
+    a.load("w", bpf.R0, bpf.R1, 4096)  # past the end of struct bpf_sock_addr
+    a.exit()
+    with pytest.raises(bpf.VerifierError) as caught:
+        bpf.prog_load(
+            bpf.PROG_TYPE_CGROUP_SOCK_ADDR,
+            a.code(),
+            expected_attach_type=bpf.CGROUP_INET4_CONNECT,
+            name="bad",
+        )
+    assert caught.value.errno == errno.EACCES
+    assert "invalid bpf_context access" in str(caught.value)
+
+
+@pytest.mark.enforcement
+def test_host_loopback_is_refused_inside_and_reachable_outside(guard: LoopbackGuard) -> None:
+    """127.0.0.1, 127.0.0.2, ::1, the IPv4-mapped form, 0.0.0.0 and :: (both mean this
+    host to connect), the host's interface address, TCP fast open and UDP: EPERM inside,
+    while the same calls from an unguarded process work."""
+    _supported()
+    with ExitStack() as stack:
+        one = listener(stack, "127.0.0.1")
+        two = listener(stack, "127.0.0.2")
+        six = listener(stack, "::1")
+        udp = listener(stack, "127.0.0.1", socket.SOCK_DGRAM)
+        ops = [
+            ("tcp", "127.0.0.1", one),
+            ("tcp", "127.0.0.2", two),
+            ("tcp", "::1", six),
+            ("tcp", "::ffff:127.0.0.1", one),
+            ("tcp", "0.0.0.0", one),
+            ("tcp", "::", six),
+            ("fastopen", "127.0.0.1", one),
+            ("udp", "127.0.0.1", udp),
+            ("udp6-mapped", "::ffff:127.0.0.1", udp),
+            ("udp-connect", "127.0.0.1", udp),
+        ]
+        address = interface_address()
+        if address is not None:
+            ops.append(("tcp", address, listener(stack, address)))
+        outside = run(None, *ops)
+        assert outside == ["ok"] * len(ops)
+        with guarded(guard, f"scope-{secrets.token_hex(4)}") as command:
+            assert run(command, *ops) == ["EPERM"] * len(ops)
+
+
+@pytest.mark.enforcement
+def test_mptcp_to_host_loopback_is_refused(guard: LoopbackGuard) -> None:
+    _supported()
+    with ExitStack() as stack:
+        port = listener(stack, "127.0.0.1")
+        outside = run(None, ("mptcp", "127.0.0.1", port))
+        if outside != ["ok"]:
+            pytest.skip(f"MPTCP sockets are unavailable here: {outside}")
+        with guarded(guard, None) as command:
+            assert run(command, ("mptcp", "127.0.0.1", port)) == ["EPERM"]
+
+
+@pytest.mark.enforcement
+def test_listed_local_ports_and_dns_are_reachable(guard: LoopbackGuard) -> None:
+    """A port in local_ports works (its neighbour does not); port 53 on loopback works
+    over UDP and TCP (the test's own resolver stand-in on an unused 127/8 address)."""
+    _supported()
+    with ExitStack() as stack:
+        listed = listener(stack, "127.0.0.1")
+        other = listener(stack, "127.0.0.1")
+        dns_host = None
+        for _attempt in range(20):
+            host = f"127.{secrets.randbelow(200) + 20}.{secrets.randbelow(250) + 1}.53"
+            try:
+                listener(stack, host, socket.SOCK_DGRAM, DNS_PORT)
+                listener(stack, host, socket.SOCK_STREAM, DNS_PORT)
+            except OSError:
+                continue
+            dns_host = host
+            break
+        assert dns_host is not None, "no free 127/8 address for port 53"
+        with guarded(guard, None, (listed,)) as command:
+            assert run(
+                command,
+                ("tcp", "127.0.0.1", listed),
+                ("tcp", "::ffff:127.0.0.1", listed),
+                ("tcp", "127.0.0.1", other),
+                ("udp", dns_host, DNS_PORT),
+                ("tcp", dns_host, DNS_PORT),
+            ) == ["ok", "ok", "EPERM", "ok", "ok"]
+
+
+@pytest.mark.enforcement
+def test_listeners_of_the_same_scope_are_reachable_and_no_one_elses(guard: LoopbackGuard) -> None:
+    """A dev server started in one command of a session (127.0.0.1, ::1, a dual-stack ::
+    listener, UDP) is reachable from the session's next command, not from another session's
+    or from a command without one; a command reaches its own listeners."""
+    _supported()
+    session = f"session-{secrets.token_hex(4)}"
+    with (
+        guarded(guard, session) as first,
+        server(
+            first,
+            ("listen", "127.0.0.1", 0),
+            ("listen", "::1", 0),
+            ("listen", "::", 0),
+            ("listen-udp", "127.0.0.1", 0),
+        ) as ports,
+    ):
+        v4, v6, dual, udp = ports
+        ops = [
+            ("tcp", "127.0.0.1", v4),
+            ("tcp", "::1", v6),
+            ("tcp", "127.0.0.1", dual),
+            ("tcp", "::ffff:127.0.0.1", dual),
+            ("udp", "127.0.0.1", udp),
+        ]
+        with guarded(guard, session) as second:
+            assert run(second, *ops) == ["ok"] * len(ops)
+        with guarded(guard, f"other-{secrets.token_hex(4)}") as stranger:
+            assert run(stranger, *ops) == ["EPERM"] * len(ops)
+        with guarded(guard, None) as lonely:
+            assert run(lonely, *ops) == ["EPERM"] * len(ops)
+    with guarded(guard, None) as alone:
+        # One process: its own listener, then a connection to it.
+        port, connected = run(alone, ("listen", "127.0.0.1", 0), ("tcp", "127.0.0.1", -1))
+        assert isinstance(port, int)
+        assert connected == "ok"
+
+
+@pytest.mark.enforcement
+def test_a_closed_listeners_port_is_not_inherited(guard: LoopbackGuard) -> None:
+    """The tag is the socket's, not the port's: once the session's listener is gone, a host
+    listener on the same port is out of reach."""
+    _supported()
+    session = f"session-{secrets.token_hex(4)}"
+    with guarded(guard, session) as first:
+        with server(first, ("listen", "127.0.0.1", 0)) as ports:
+            port = ports[0]
+        with ExitStack() as stack:
+            listener(stack, "127.0.0.1", port=port)
+            with guarded(guard, session) as second:
+                assert run(second, ("tcp", "127.0.0.1", port)) == ["EPERM"]
+
+
+@pytest.mark.enforcement
+def test_destinations_that_are_not_local_are_untouched(guard: LoopbackGuard) -> None:
+    """A connect to an address that is not this host's gets whatever the network says
+    (a timeout, unreachable, refused), never EPERM."""
+    _supported()
+    local = [ipaddress.ip_network(p) for p in local_prefixes()]
+    remote = next(
+        a
+        for a in ("192.0.2.1", "198.51.100.1", "203.0.113.1")
+        if not any(ipaddress.ip_address(a) in n for n in local)
+    )
+    with guarded(guard, None) as command:
+        tcp, udp = run(command, ("tcp", remote, 9), ("udp", remote, 9))
+    assert tcp != "EPERM" and tcp in (
+        "timeout",
+        "ECONNREFUSED",
+        "EHOSTUNREACH",
+        "ENETUNREACH",
+        "ok",
+    )
+    assert udp != "EPERM"
+
+
+@pytest.mark.enforcement
+def test_release_removes_the_cgroup_and_what_is_left_in_it(guard: LoopbackGuard) -> None:
+    _supported()
+    command = guard.join(None, ())
+    directory = Path(command.cgroup)
+    assert directory.is_dir()
+    leftover = subprocess.Popen(["sh", "-c", f"echo 0 > {command.joins[0]}; exec sleep 30"])
+    try:
+        deadline = 100
+        while str(leftover.pid) not in (directory / "cgroup.procs").read_text().split():
+            deadline -= 1
+            assert deadline, "the process never joined"
+            subprocess.run(["sleep", "0.05"], check=True)
+        command.release()
+        assert leftover.wait(timeout=10) == -9
+    finally:
+        if leftover.poll() is None:
+            leftover.kill()
+            leftover.wait()
+    assert not directory.exists()
+
+
+@pytest.mark.enforcement
+def test_a_commands_own_v2_cgroup_is_guarded_in_place(guard: LoopbackGuard) -> None:
+    """When the command's limits already put it in a v2 cgroup (a process is in one only),
+    the programs go there and the child joins nothing more; release leaves it alone."""
+    _supported()
+    own = Path(guard.hierarchy.base) / f"limits-test-{secrets.token_hex(4)}"
+    own.mkdir()
+    try:
+        join = str(own / "cgroup.procs")
+        command = guard.join(None, (), joined=("/sys/fs/cgroup/pids/tasks", join))
+        assert command.joins == ()
+        assert command.cgroup == str(own)
+        with ExitStack() as stack:
+            port = listener(stack, "127.0.0.1")
+            assert run(
+                GuardedCommand(cgroup=str(own), joins=(join,)), ("tcp", "127.0.0.1", port)
+            ) == ["EPERM"]
+        command.release()
+        assert own.is_dir()
+    finally:
+        own.rmdir()
+
+
+@pytest.mark.enforcement
+def test_a_detached_private_cgroup2_mount_works_and_leaves_no_mount() -> None:
+    """Hosts without a cgroup2 mount: the guard mounts one detached; the child reaches its
+    cgroup through /proc/<daemon>/fd, and the host's mount table does not change."""
+    _supported()
+    before = Path("/proc/self/mountinfo").read_text().count(" - cgroup2 ")
+    private = LoopbackGuard(private_mount=True)
+    assert private.hierarchy.mount_fd is not None
+    assert private.hierarchy.own.startswith(f"/proc/{os.getpid()}/fd/")
+    assert Path("/proc/self/mountinfo").read_text().count(" - cgroup2 ") == before
+    with ExitStack() as stack:
+        port = listener(stack, "127.0.0.1")
+        with guarded(private, None) as command:
+            assert command.joins[0].startswith(f"/proc/{os.getpid()}/fd/")
+            assert run(command, ("tcp", "127.0.0.1", port)) == ["EPERM"]
+        assert not Path(command.cgroup).exists()
+
+
+def test_ports_and_addresses_compare_in_network_byte_order() -> None:
+    """user_port and user_ip4 hold network-order bytes; loaded as a native integer, the
+    constants the programs compare with must be the same bytes (the real hooks check the
+    rest: a listed port works, its neighbour does not)."""
+    from executor_linux.loopback_guard import _MAPPED_WORD2, _native16
+
+    assert struct.pack("=H", _native16(8080)) == struct.pack("!H", 8080)
+    assert struct.pack("=i", _MAPPED_WORD2) == b"\0\0\xff\xff"
