@@ -31,14 +31,17 @@ cgroup's ancestors run still runs, and every program must allow):
 * ``connect4``/``connect6``/``sendmsg4``/``sendmsg6`` (``BPF_PROG_TYPE_CGROUP_SOCK_ADDR``)
   look the destination up in an LPM trie of local prefixes; for a local one on a port not
   allowed outright, they find the socket that would receive it (``bpf_sk_lookup_tcp`` /
-  ``bpf_sk_lookup_udp`` in the host's netns) and allow only if its tag is the scope's.
+  ``bpf_sk_lookup_udp`` in the caller's netns) and allow only if its tag is the calling
+  socket's own.
 
-The scope's tag (a keyed hash of the session id; random for a command without one) and the
-allowed ports are constants in the programs, which are loaded per command. Scopes therefore
-need no cgroup of their own, which matters twice: a process is in exactly one cgroup-v2
-cgroup, so on a host where the command's resource limits use a v2 cgroup
-(``cgroups.py``) the programs go on *that* cgroup; and two commands of one session may have
-different ``local_ports``. Only when the command has no v2 cgroup does the guard create one,
+The scope's tag (a keyed hash of the session id; random for a command without one) is the
+one constant of ``sock_create``, loaded per command; the allowed ports are constants of the
+four checks, which read the scope from the calling socket and so are loaded once per
+``local_ports`` set and shared (a join costs about 3 ms). Scopes need no cgroup of their
+own, which matters twice: a process is in exactly one cgroup-v2 cgroup, so on a host where
+the command's resource limits use a v2 cgroup (``cgroups.py``) the programs go on *that*
+cgroup; and two commands of one session may have different ``local_ports``. Only when the
+command has no v2 cgroup does the guard create one,
 ``<daemon's v2 cgroup>/executor-net/<daemon pid>-<random>``, which the child joins through
 ``Limits.cgroups`` (it writes ``0`` to its ``cgroup.procs``) and which ``release`` empties
 (``cgroup.kill``) and removes; removing a cgroup detaches its programs, and the kernel frees
@@ -57,13 +60,13 @@ every process, and a mount resets the hierarchy-wide mount options (``nsdelegate
 cgroup2 mount exists (then nobody relies on those options) and otherwise passes the
 existing mount's options.
 
-Not covered (see docs/loopback-isolation.md): Unix sockets (other layers hide host sockets),
-SCTP and other protocols to local addresses (refused when not listed, like UDP-Lite), a
-host listener in the same ``SO_REUSEPORT`` group as a scope socket (only possible for the
-same user), and addresses that become local while a command runs. A command that can write
-the cgroup2 files (uid 0 with an unrestricted filesystem) could move itself out of its
-cgroup: the guard relies on the filesystem rules keeping ``/sys`` and the daemon's state
-read-only for the command. Root privileges (``CAP_BPF``/``CAP_SYS_ADMIN`` and
+Protocols other than TCP, UDP and ICMP (SCTP, UDP-Lite, ...) to a local address are refused
+unless the port is listed. Not covered (docs/loopback-isolation.md): Unix sockets (the mount
+and Landlock layers hide the host's), a host socket in the same ``SO_REUSEPORT`` group as a
+scope socket (possible only for the same user), addresses that become local while a command
+runs. A command that can write cgroup2 files (uid 0 with an unrestricted filesystem) could
+move itself out of its cgroup: the guard relies on the filesystem rules keeping ``/sys`` read
+only for the command. Root privileges (``CAP_BPF`` or ``CAP_SYS_ADMIN``, and
 ``CAP_NET_ADMIN``) are required: an unprivileged daemon reports the feature unavailable.
 """
 
@@ -81,6 +84,7 @@ import socket
 import struct
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
@@ -119,7 +123,7 @@ BASE_NAME: Final = "executor-net"
 _COMMAND_NAME: Final = re.compile(r"^(\d+)-[0-9a-f]+$")
 _STALE_AFTER: Final = 60.0
 _KILL_WAIT: Final = 1.0
-_MAX_LOCAL: Final = 4096
+_MAX_LOCAL: Final = 65536  # not preallocated: costs only what is used
 
 # Protocol numbers and the ``struct bpf_sock_addr`` / ``struct bpf_sock_tuple`` layout
 # (include/uapi/linux/bpf.h; offsets checked against the UAPI header with offsetof).
@@ -128,12 +132,14 @@ _USER_IP4: Final = 4  # __u32, network byte order
 _USER_IP6: Final = 8  # __u32[4], network byte order
 _USER_PORT: Final = 24  # __u32 holding the __be16 port (network byte order)
 _PROTOCOL: Final = 36  # __u32
+_SK: Final = 64  # struct bpf_sock *: the socket making the call
 _TUPLE4_SIZE: Final = 12  # {__be32 saddr, daddr; __be16 sport, dport}
 _TUPLE6_SIZE: Final = 36  # {__be32 saddr[4], daddr[4]; __be16 sport, dport}
 # The programs' stack frame (offsets from r10): the LPM key, then the lookup tuple.
 _KEY: Final = -24  # u32 prefixlen at -24, u8 data[16] at -20..-5
 _TUPLE6: Final = -64  # saddr -64, daddr -48, sport -32, dport -30
 _TUPLE4: Final = -40  # saddr -40, daddr -36, sport -32, dport -30
+_OWN_TAG: Final = -72  # u64: the calling socket's tag
 _CAP_NET_ADMIN, _CAP_SYS_ADMIN, _CAP_BPF = 12, 21, 39
 # rtnetlink (include/uapi/linux/rtnetlink.h, netlink.h)
 _RTM_NEWROUTE, _RTM_GETROUTE = 24, 26
@@ -282,14 +288,14 @@ def _sock_create(tags: BpfObject, tag: int) -> bytes:
     return a.code()
 
 
-def _sock_addr(
-    family: int, *, local: BpfObject, tags: BpfObject, tag: int, ports: Iterable[int]
-) -> bytes:
+def _sock_addr(family: int, *, local: BpfObject, tags: BpfObject, ports: Iterable[int]) -> bytes:
     """``connect4``/``sendmsg4`` (``family`` 4) or ``connect6``/``sendmsg6`` (6).
 
     r1 = ctx (struct bpf_sock_addr *); return 1 to let the call proceed, 0 for EPERM.
     Registers kept across calls: r6 ctx, r7 IPv4 destination (or the found socket),
-    r8 destination port as loaded (network order), r9 protocol.
+    r8 destination port as loaded (network order), r9 protocol. The scope is not a
+    constant here: the calling socket carries its tag (``sock_create`` ran in the same
+    cgroup), so one loaded program serves every command with the same ``ports``.
     """
     a = Asm()
     a.mov(R6, Reg(R1))
@@ -321,11 +327,21 @@ def _sock_addr(
     a.load("w", R9, R6, _PROTOCOL)
     a.jump("jeq", R9, _ICMP, "allow")
     a.jump("jeq", R9, _ICMPV6, "allow")
-    a.jump("jeq", R9, _TCP, "tuple")
+    a.jump("jeq", R9, _TCP, "own")
     a.jump("jne", R9, _UDP, "deny")
-    # 5. The tuple of the socket that would receive it: no source (listeners and unconnected
+    # 5. The calling socket's own tag (none: refused); kept on the stack across the calls.
+    a.label("own")
+    a.load_map(R1, tags)
+    a.load("dw", R2, R6, _SK)
+    a.mov(R3, 0)
+    a.mov(R4, 0)
+    a.call(bpf.FUNC_SK_STORAGE_GET)
+    a.jump("jeq", R0, 0, "deny")
+    a.load("dw", R1, R0, 0)
+    a.jump("jeq", R1, 0, "deny")
+    a.store("dw", R10, _OWN_TAG, Reg(R1))
+    # 6. The tuple of the socket that would receive it: no source (listeners and unconnected
     #    UDP sockets match any), destination address and port.
-    a.label("tuple")
     if family == 6:
         # IPv4-mapped: the kernel delivers it as IPv4, so look for an IPv4 receiver.
         a.load("w", R1, R10, _KEY + 4)
@@ -353,7 +369,7 @@ def _sock_addr(
         a.mov(R3, _TUPLE6_SIZE)
         a.mov(R2, Reg(R10))
         a.add(R2, _TUPLE6)
-    # 6. bpf_sk_lookup_{tcp,udp}(ctx, &tuple, size, BPF_F_CURRENT_NETNS, 0).
+    # 7. bpf_sk_lookup_{tcp,udp}(ctx, &tuple, size, BPF_F_CURRENT_NETNS, 0).
     a.label("lookup")
     a.mov(R1, Reg(R6))
     a.mov(R4, bpf.CURRENT_NETNS)
@@ -363,11 +379,11 @@ def _sock_addr(
     a.goto("found")
     a.label("udp")
     a.call(bpf.FUNC_SK_LOOKUP_UDP)
-    # 7. Nobody would receive it: refused (the EPERM hides nothing a refusal would tell).
+    # 8. Nobody would receive it: refused (the EPERM hides nothing a refusal would tell).
     a.label("found")
     a.jump("jeq", R0, 0, "deny")
     a.mov(R7, Reg(R0))
-    # 8. The receiver's tag (0: none), read before the socket reference is released.
+    # 9. The receiver's tag (0: none), read before the socket reference is released.
     a.load_map(R1, tags)
     a.mov(R2, Reg(R7))
     a.mov(R3, 0)
@@ -379,8 +395,8 @@ def _sock_addr(
     a.label("release")
     a.mov(R1, Reg(R7))
     a.call(bpf.FUNC_SK_RELEASE)
-    # 9. Same scope: allowed.
-    a.load_imm64(R1, tag)
+    # 10. Same scope: allowed.
+    a.load("dw", R1, R10, _OWN_TAG)
     a.jump("jeq", R8, Reg(R1), "allow")
     a.label("deny")
     a.mov(R0, 0)
@@ -391,14 +407,15 @@ def _sock_addr(
     return a.code()
 
 
-#: (attach type, program type, family of the sock_addr program or 0 for sock_create).
-_HOOKS: Final = (
-    (bpf.CGROUP_INET_SOCK_CREATE, bpf.PROG_TYPE_CGROUP_SOCK, 0, "exec_sock_tag"),
-    (bpf.CGROUP_INET4_CONNECT, bpf.PROG_TYPE_CGROUP_SOCK_ADDR, 4, "exec_connect4"),
-    (bpf.CGROUP_INET6_CONNECT, bpf.PROG_TYPE_CGROUP_SOCK_ADDR, 6, "exec_connect6"),
-    (bpf.CGROUP_UDP4_SENDMSG, bpf.PROG_TYPE_CGROUP_SOCK_ADDR, 4, "exec_sendmsg4"),
-    (bpf.CGROUP_UDP6_SENDMSG, bpf.PROG_TYPE_CGROUP_SOCK_ADDR, 6, "exec_sendmsg6"),
+#: (attach type, family, name) of the socket-address programs.
+_ADDRESS_HOOKS: Final = (
+    (bpf.CGROUP_INET4_CONNECT, 4, "exec_connect4"),
+    (bpf.CGROUP_INET6_CONNECT, 6, "exec_connect6"),
+    (bpf.CGROUP_UDP4_SENDMSG, 4, "exec_sendmsg4"),
+    (bpf.CGROUP_UDP6_SENDMSG, 6, "exec_sendmsg6"),
 )
+#: Loaded socket-address programs kept per ``local_ports`` set (a few are common).
+_CACHED_PORT_SETS: Final = 16
 
 
 @dataclass(eq=False)
@@ -454,18 +471,28 @@ class _Maps:
                 pass
         self.present = wanted
 
-    def programs(self, tag: int, ports: tuple[int, ...]) -> list[tuple[int, BpfObject]]:
-        """The five programs of one (scope, ports), loaded; the caller closes them."""
+    def tagger(self, tag: int) -> list[tuple[int, BpfObject]]:
+        """The ``sock_create`` program of one scope, loaded; the caller closes it."""
+        code = _sock_create(self.tags, tag)
+        program = bpf.prog_load(
+            bpf.PROG_TYPE_CGROUP_SOCK,
+            code,
+            expected_attach_type=bpf.CGROUP_INET_SOCK_CREATE,
+            name="exec_sock_tag",
+        )
+        return [(bpf.CGROUP_INET_SOCK_CREATE, program)]
+
+    def checks(self, ports: tuple[int, ...]) -> list[tuple[int, BpfObject]]:
+        """The four socket-address programs for ``ports``, loaded; the caller closes them."""
         loaded: list[tuple[int, BpfObject]] = []
         try:
-            for attach_type, prog_type, family, name in _HOOKS:
-                code = (
-                    _sock_create(self.tags, tag)
-                    if family == 0
-                    else _sock_addr(family, local=self.local, tags=self.tags, tag=tag, ports=ports)
-                )
+            for attach_type, family, name in _ADDRESS_HOOKS:
+                code = _sock_addr(family, local=self.local, tags=self.tags, ports=ports)
                 program = bpf.prog_load(
-                    prog_type, code, expected_attach_type=attach_type, name=name
+                    bpf.PROG_TYPE_CGROUP_SOCK_ADDR,
+                    code,
+                    expected_attach_type=attach_type,
+                    name=name,
                 )
                 loaded.append((attach_type, program))
         except OSError:
@@ -665,6 +692,7 @@ class LoopbackGuard:
         self._hierarchy: Hierarchy | None = None
         self._key = secrets.token_bytes(32)
         self._pending: list[str] = []
+        self._checks: OrderedDict[tuple[int, ...], list[tuple[int, BpfObject]]] = OrderedDict()
 
     @property
     def hierarchy(self) -> Hierarchy:
@@ -708,19 +736,20 @@ class LoopbackGuard:
         with self._lock:
             maps, hierarchy = self._setup()
             maps.sync(local_prefixes())
-        programs = maps.programs(self.tag(scope), ports)
+            checks = self._checks_for(maps, ports)
+        tagger = maps.tagger(self.tag(scope))
         try:
             borrowed = _v2_cgroup(joined, hierarchy)
             directory = borrowed or self._create(hierarchy)
             try:
-                _attach_all(directory, programs)
+                _attach_all(directory, tagger + checks)
             except OSError:
                 if borrowed is None:
                     _remove(directory)
                 raise
         finally:
-            for _attach, program in programs:
-                program.close()  # the attachments hold them now
+            for _attach, program in tagger:
+                program.close()  # the attachment holds it now
         if borrowed is not None:
             return GuardedCommand(cgroup=directory, joins=())
         return GuardedCommand(
@@ -728,6 +757,18 @@ class LoopbackGuard:
             joins=(os.path.join(directory, "cgroup.procs"),),
             _release=lambda: self._discard(directory),
         )
+
+    def _checks_for(self, maps: _Maps, ports: tuple[int, ...]) -> list[tuple[int, BpfObject]]:
+        """The socket-address programs for ``ports``, loaded once (under the lock)."""
+        found = self._checks.get(ports)
+        if found is None:
+            found = self._checks[ports] = maps.checks(ports)
+            while len(self._checks) > _CACHED_PORT_SETS:
+                _ports, evicted = self._checks.popitem(last=False)
+                for _attach, program in evicted:
+                    program.close()  # attachments keep their own references
+        self._checks.move_to_end(ports)
+        return found
 
     def _create(self, hierarchy: Hierarchy) -> str:
         directory = os.path.join(hierarchy.base, f"{os.getpid()}-{secrets.token_hex(6)}")
@@ -817,7 +858,9 @@ def loopback_guard_support() -> tuple[bool, str]:
     except OSError as exc:
         return False, f"cannot create the BPF maps: {exc}"
     try:
-        for _attach, program in maps.programs(1, ()):
+        for _attach, program in maps.tagger(1):
+            program.close()
+        for _attach, program in maps.checks(()):
             program.close()
     except OSError as exc:
         return False, f"this kernel refuses the loopback hooks: {exc}"
