@@ -242,7 +242,8 @@ def _enum(tp: type[enum.Enum]) -> Decoder:
     by_value = {member.value: member for member in tp}
     aliases: dict[str, Any] = getattr(tp, "__wire_aliases__", {})
     names = [f"`{member.value}`" for member in tp]
-    expected = names[0] if len(names) == 1 else "one of " + ", ".join(names)
+    # serde's wording: "expected `a`", "expected `a` or `b`", "expected one of `a`, `b`, `c`"
+    expected = " or ".join(names) if len(names) <= 2 else "one of " + ", ".join(names)
 
     def check(value: Any, path: str) -> Any:
         if type(value) is not str:

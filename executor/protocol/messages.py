@@ -16,6 +16,7 @@ from executor.protocol import b64codec, methods
 from executor.protocol.decode import U64, Base64Bytes, DecodeError, Usize
 from executor.protocol.intent import ManagedNetwork, WireSandbox
 from executor.protocol.jsonrpc import base64_value
+from executor.protocol.network_proxy import NetworkProxyLaunch
 
 __all__ = [
     "Capabilities",
@@ -226,7 +227,7 @@ class StartParams:
     sandbox: WireSandbox | None = None
     enforce_managed_network: bool = False
     managed_network: ManagedNetwork | None = None
-    network_proxy: Any = None
+    network_proxy: NetworkProxyLaunch | None = None
     shell_snapshot: Any = None
     metadata: ProcessMetadata | None = None
 
