@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from executor.errors import SandboxUnavailable
@@ -22,6 +23,7 @@ from executor.sandbox import (
     SandboxType,
 )
 from executor_linux import host_sockets, launch_spec, plan, seccomp_policy
+from executor_linux.loopback_guard import GuardedCommand, loopback_guard, loopback_guard_support
 from executor_linux.placeholders import Placeholders, lock_directory
 from executor_linux.probe import HostSupport, host_support
 from executor_linux.resources import chain, limit_mechanisms, plan_limits
@@ -58,6 +60,11 @@ class LinuxBackend:
             missing[Feature.NETWORK_PROXY] = support.network_proxy_reason
         else:
             features.add(Feature.NETWORK_PROXY)
+        guard_ok, guard_reason = loopback_guard_support()
+        if guard_ok:
+            features.add(Feature.LOOPBACK_ISOLATION)
+        else:
+            missing[Feature.LOOPBACK_ISOLATION] = guard_reason
         if support.landlock_abi:
             features |= {Feature.WRITE_RESTRICTION, Feature.READ_RESTRICTION}
         else:
@@ -187,8 +194,18 @@ class LinuxBackend:
         limits = plan_limits(rules.limits, user_namespace=use_namespaces and support.user_namespace)
         layers.insert(0, limits.layer)
         release = chain(limits.release, release)
+        limits_spec = limits.spec
+        if Feature.LOOPBACK_ISOLATION in rules.needs:
+            guard = _guard_loopback(rules, limits_spec.cgroups, release)
+            # Its own cgroup (if the limits' v2 one is not guarded in place) is joined after
+            # the limits' ones and released after them.
+            limits_spec = limits_spec._replace(cgroups=limits_spec.cgroups + guard.joins)
+            release = chain(release, guard.release)
+            layers.insert(1, "loopback-guard(cgroup-bpf)")
+            ports = ",".join(map(str, rules.local_ports)) or "none"
+            details["loopback_isolation"] = f"local ports {ports}, DNS (53), same-scope listeners"
         spec = launch_spec.LaunchSpec(
-            limits=limits.spec,
+            limits=limits_spec,
             namespaces=namespaces,
             landlock=None if ruleset is None else ruleset.to_spec(),
             seccomp=seccomp,
@@ -228,6 +245,25 @@ def _session_netns(route: NetworkRoute, support: HostSupport, rules: RuleSet) ->
         )
     assert route.netns_path is not None and route.netns_inode is not None
     return route.netns_path, route.netns_inode
+
+
+def _guard_loopback(
+    rules: RuleSet, joins: tuple[str, ...], release: Callable[[], None] | None
+) -> GuardedCommand:
+    """The command's loopback guard (``loopback_guard.py``), or the launch refused with what
+    is planned so far released."""
+    ok, why = loopback_guard_support()
+    if ok:
+        try:
+            return loopback_guard().join(rules.network_scope, rules.local_ports, joins)
+        except (OSError, ValueError) as exc:
+            why = str(exc)
+    if release is not None:
+        release()
+    raise SandboxUnavailable(
+        f"loopback isolation needs cgroup BPF hooks on the command, and the linux backend "
+        f"cannot attach them: {why}"
+    )
 
 
 def _details(support: HostSupport) -> dict[str, str]:

@@ -8,21 +8,25 @@ same call from outside the guard (or from the same scope) succeeding.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import ipaddress
 import json
 import os
 import secrets
+import shutil
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 from executor_linux import bpf
+from executor_linux.backend import LinuxBackend
 from executor_linux.loopback_guard import (
     DNS_PORT,
     STATIC_LOCAL,
@@ -32,7 +36,12 @@ from executor_linux.loopback_guard import (
     loopback_guard_support,
 )
 
-from tests.executor_linux.conftest import UNPRIVILEGED_UID, as_user
+from executor.protocol.intent import Access, NetworkMode
+from executor.sandbox import Feature, HostInfo, LaunchPlan, RuleSet
+from executor.sandbox.api import Command
+from executor.sandbox.rules import PathRule
+from executor.spawn.spawner import Spawner
+from tests.executor_linux.conftest import UNPRIVILEGED_UID, as_user, linux_sandbox_available
 from tests.support.enforcement import skip_unless
 
 #: Joins the cgroups named in argv[1], runs the operations, prints one result per operation
@@ -495,3 +504,173 @@ def test_ports_and_addresses_compare_in_network_byte_order() -> None:
 
     assert struct.pack("=H", _native16(8080)) == struct.pack("!H", 8080)
     assert struct.pack("=i", _MAPPED_WORD2) == b"\0\0\xff\xff"
+
+
+# --- through the backend: a real sandboxed launch ----------------------------------------------
+
+#: Runs in the sandbox: argv[1] is JSON [steps]; prints one result per step. Steps:
+#: ["tcp", port] connects to 127.0.0.1; ["escape", path] writes its pid to a cgroup.procs;
+#: ["serve", ready_file] listens on 127.0.0.1, writes its port to ready_file, accepts once.
+SANDBOXED = r"""
+import errno, json, os, socket, sys
+out = []
+for step in json.loads(sys.argv[1]):
+    try:
+        if step[0] == "tcp":
+            with socket.create_connection(("127.0.0.1", step[1]), timeout=5):
+                out.append("ok")
+        elif step[0] == "escape":
+            with open(step[1], "w") as handle:
+                handle.write(str(os.getpid()))
+            out.append("ok")
+        elif step[0] == "serve":
+            with socket.socket() as server:
+                server.bind(("127.0.0.1", 0))
+                server.listen()
+                server.settimeout(20)
+                with open(step[1] + ".tmp", "w") as handle:
+                    handle.write(str(server.getsockname()[1]))
+                os.rename(step[1] + ".tmp", step[1])
+                server.accept()[0].close()
+                out.append("ok")
+    except OSError as exc:
+        out.append(errno.errorcode.get(exc.errno or 0, str(exc)))
+print(json.dumps(out))
+"""
+
+
+class Sandbox:
+    """Real launches through ``LinuxBackend`` (workspace-like rules, full network, loopback
+    isolated) and the launcher server, in a private directory of the test."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.work = root / "work"
+        self.work.mkdir()
+        self.backend = LinuxBackend(state_dir=str(root / "state"))
+        self.count = 0
+
+    def rules(self, scope: str | None, ports: tuple[int, ...] = ()) -> RuleSet:
+        return RuleSet(
+            filesystem_restricted=True,
+            rules=(PathRule("/", Access.READ), PathRule(str(self.work), Access.WRITE)),
+            network=NetworkMode.ENABLED,
+            isolate_loopback=True,
+            local_ports=ports,
+            network_scope=scope,
+        )
+
+    def plan(self, rules: RuleSet, steps: list[list[object]]) -> LaunchPlan:
+        argv = (sys.executable, "-I", "-S", "-c", SANDBOXED, json.dumps(steps))
+        command = Command(executable=argv[0], argv=argv, env={}, cwd=str(self.work), tty=False)
+        return self.backend.prepare(rules, command)
+
+    async def run(self, spawner: Spawner, plan: LaunchPlan) -> list[str]:
+        self.count += 1
+        out = self.root / f"{self.count}.out"
+        assert plan.setup is not None
+        request = Command(
+            executable=plan.executable,
+            argv=plan.argv,
+            env={},
+            cwd=str(self.work),
+            tty=False,
+            setup=plan.setup,
+        )
+        fds = (
+            os.open(os.devnull, os.O_RDONLY),
+            os.open(out, os.O_WRONLY | os.O_CREAT, 0o600),
+            os.open(os.devnull, os.O_WRONLY),
+        )
+        try:
+            launch = spawner.launch(request, fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        try:
+            await asyncio.wait_for(launch.started, 20)
+            assert await asyncio.wait_for(launch.exited, 30) == 0
+            await asyncio.wait_for(launch.gone, 10)
+        finally:
+            if plan.release is not None:
+                plan.release()
+        results: list[str] = json.loads(out.read_text())
+        return results
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    _supported()
+    skip_unless(linux_sandbox_available(), "the Linux sandbox needs Landlock and namespaces")
+    root = Path(tempfile.mkdtemp(prefix="executor-loopback-", dir="/var/tmp")).resolve()
+    try:
+        yield Sandbox(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.enforcement
+def test_a_sandboxed_command_reaches_listed_ports_only_and_cannot_leave_its_cgroup(
+    sandbox: Sandbox, guard: LoopbackGuard
+) -> None:
+    """Full network, loopback isolated: the host's listener is refused, the listed one
+    reached; the command (uid 0 without capabilities under a root daemon) cannot write itself
+    into another cgroup; the plan says so; the backend offers the feature."""
+    status = sandbox.backend.probe(HostInfo.current())
+    assert Feature.LOOPBACK_ISOLATION in status.features
+    escape = os.path.join(guard.hierarchy.own, "cgroup.procs")
+    with ExitStack() as stack:
+        listed = listener(stack, "127.0.0.1")
+        other = listener(stack, "127.0.0.1")
+        plan = sandbox.plan(
+            sandbox.rules(None, (listed,)),
+            [["tcp", listed], ["tcp", other], ["escape", escape], ["tcp", other]],
+        )
+        assert plan.report.layers[1] == "loopback-guard(cgroup-bpf)"
+        assert plan.report.details["loopback_isolation"].startswith(f"local ports {listed},")
+
+        async def go() -> list[str]:
+            spawner = Spawner()
+            try:
+                return await sandbox.run(spawner, plan)
+            finally:
+                spawner.close()
+
+        tcp_listed, tcp_other, escaped, tcp_after = asyncio.run(go())
+    assert (tcp_listed, tcp_other, tcp_after) == ("ok", "EPERM", "EPERM")
+    assert escaped in ("EACCES", "EROFS", "EPERM"), escaped
+
+
+@pytest.mark.enforcement
+def test_the_next_command_of_a_session_reaches_the_dev_server_of_the_first(
+    sandbox: Sandbox,
+) -> None:
+    """Two process/starts of one session: the second connects to the first's listener;
+    a command of another session cannot, nor can one without a session."""
+    session = f"session-{secrets.token_hex(4)}"
+    ready = sandbox.work / "port"
+
+    async def go() -> tuple[list[str], list[str], list[str], list[str]]:
+        spawner = Spawner()
+        try:
+            server = asyncio.ensure_future(
+                sandbox.run(spawner, sandbox.plan(sandbox.rules(session), [["serve", str(ready)]]))
+            )
+            for _tick in range(400):
+                if ready.exists() or server.done():
+                    break
+                await asyncio.sleep(0.05)
+            port = int(ready.read_text())
+            stranger = await sandbox.run(
+                spawner, sandbox.plan(sandbox.rules("another"), [["tcp", port]])
+            )
+            lonely = await sandbox.run(spawner, sandbox.plan(sandbox.rules(None), [["tcp", port]]))
+            friend = await sandbox.run(
+                spawner, sandbox.plan(sandbox.rules(session), [["tcp", port]])
+            )
+            return stranger, lonely, friend, await asyncio.wait_for(server, 30)
+        finally:
+            spawner.close()
+
+    stranger, lonely, friend, served = asyncio.run(go())
+    assert (stranger, lonely, friend, served) == (["EPERM"], ["EPERM"], ["ok"], ["ok"])
