@@ -38,11 +38,11 @@ REFUSED = [
         "enforceManagedNetwork requires a sandbox",
     ),
     (
-        "network-proxy",
+        "network-proxy-incomplete",
         {"networkProxy": {"proxy": {"enabled": True}}},
         True,
         -32602,
-        "networkProxy is not supported",
+        "missing field `enableSocks5` at `networkProxy.proxy`",
     ),
     ("mxc", {}, "mxc", -32602, "native MXC is unavailable on this executor"),
     ("bad-profile", {}, "bad", -32602, "at `sandbox.permissions.type`"),
