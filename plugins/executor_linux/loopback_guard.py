@@ -64,10 +64,11 @@ Protocols other than TCP, UDP and ICMP (SCTP, UDP-Lite, ...) to a local address 
 unless the port is listed. Not covered (docs/loopback-isolation.md): Unix sockets (the mount
 and Landlock layers hide the host's), a host socket in the same ``SO_REUSEPORT`` group as a
 scope socket (possible only for the same user), addresses that become local while a command
-runs. A command that can write cgroup2 files (uid 0 with an unrestricted filesystem) could
-move itself out of its cgroup: the guard relies on the filesystem rules keeping ``/sys`` read
-only for the command. Root privileges (``CAP_BPF`` or ``CAP_SYS_ADMIN``, and
-``CAP_NET_ADMIN``) are required: an unprivileged daemon reports the feature unavailable.
+runs, host NAT rules that send another address back to this host. A command that can write
+cgroup2 files (uid 0 with an unrestricted filesystem) could move itself out of its cgroup:
+the guard relies on the filesystem rules keeping ``/sys`` read-only for the command. Root
+privileges (``CAP_BPF`` or ``CAP_SYS_ADMIN``, and ``CAP_NET_ADMIN``) are required: an
+unprivileged daemon reports the feature unavailable.
 """
 
 from __future__ import annotations
