@@ -227,7 +227,7 @@ async def _tunnel(conn: h11.Connection, request: h11.Request, client: Conn, dial
         return
     try:
         await client.send(_ESTABLISHED)
-    except OSError:
+    except BaseException:
         upstream.close()
         raise
     client.unread(early)
@@ -261,6 +261,9 @@ async def _forward(
         upstream.close()
         await answer(client, 502, f"{_text(authority)}: {exc.strerror or exc}")
         return False
+    except BaseException:
+        upstream.close()
+        raise
     sending = asyncio.create_task(_send_body(conn, client, up, upstream))
     failure: Exception | None = None
     try:

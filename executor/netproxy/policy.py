@@ -128,8 +128,15 @@ def _literal(name: str) -> IPAddress | None:
         return None
 
 
-def _article(kind: str) -> str:
-    return "an" if kind[0] in "aeiou" else "a"
+def _addresses(patterns: tuple[str, ...]) -> tuple[IPAddress, ...]:
+    """The patterns that are addresses (written as such: ``10`` is a name here)."""
+    found: list[IPAddress] = []
+    for pattern in patterns:
+        try:
+            found.append(ipaddress.ip_address(normalize_host(pattern)))
+        except ValueError:
+            pass
+    return tuple(found)
 
 
 class ProxyPolicy:
@@ -138,12 +145,8 @@ class ProxyPolicy:
     def __init__(self, policy: NetworkPolicy, *, resolver: Resolver = resolve) -> None:
         self.policy = policy
         self._resolver = resolver
-        self._deny_literals = tuple(
-            address for pattern in policy.deny if (address := _literal(pattern)) is not None
-        )
-        self._allow_literals = tuple(
-            address for pattern in policy.allow if (address := _literal(pattern)) is not None
-        )
+        self._deny_literals = _addresses(policy.deny)
+        self._allow_literals = _addresses(policy.allow)
 
     def check_name(self, host: str) -> tuple[str, bool, IPAddress | None]:
         """``(pattern that allows host, explicit, the address if host is an IP literal)``,

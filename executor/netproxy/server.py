@@ -20,6 +20,7 @@ import asyncio
 import functools
 import logging
 import socket
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -88,8 +89,9 @@ class ProxyServer:
         self._closing = False
         #: Accepted connections not yet handed to a tunnel, and what serves each.
         self._clients: dict[Conn, asyncio.Task[None]] = {}
-        #: Upstream connections being opened or used for a plain request.
-        self._upstreams: set[Conn] = set()
+        #: Upstream connections a handler holds (a plain request's, or one about to become
+        #: a tunnel's); handlers close their own, this is for ``close()``.
+        self._upstreams: weakref.WeakSet[Conn] = weakref.WeakSet()
         self._tunnels: set[Tunnel] = set()
         #: Requests the policy refused.
         self.refused = 0

@@ -114,7 +114,7 @@ async def serve_socks5(client: Conn, dialer: Dialer, deadline: float) -> None:
     try:
         bound = upstream.sock.getsockname()
         await client.send(reply(SUCCEEDED, (bound[0], bound[1])))
-    except OSError:
+    except BaseException:
         upstream.close()
         raise
     await dialer.tunnel(client, upstream)

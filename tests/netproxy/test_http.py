@@ -7,14 +7,17 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.http.servers import HttpServer
+from tests.http.servers import HttpServer, serve
 from tests.netproxy.conftest import MakeProxy
 from tests.netproxy.helpers import (
     TIMEOUT,
@@ -169,6 +172,45 @@ def test_curl_through_connect(proxy: RunningProxy, origin: HttpServer) -> None:
     assert proxy.decisions[0].protocol == "connect"
     refused = curl("-p", "-x", proxy.url, origin.url("/echo"))  # 127.0.0.1: a literal
     assert refused.returncode != 0 and "403" in refused.stderr
+
+
+@pytest.fixture(scope="module")
+def tls_origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HttpServer, Path]]:
+    """An HTTPS server with a self-signed certificate for ``localhost``."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    where = tmp_path_factory.mktemp("tls")
+    request = "req -x509 -newkey rsa:2048 -nodes -days 1 -keyout key.pem -out cert.pem"
+    subject = ["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"]
+    subprocess.run(
+        ["openssl", *request.split(), *subject],
+        cwd=where,
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(where / "cert.pem", where / "key.pem")
+    with serve(tls=context) as server:
+        yield server, where / "cert.pem"
+
+
+def test_urllib_https_through_connect(
+    proxy: RunningProxy, tls_origin: tuple[HttpServer, Path]
+) -> None:
+    """TLS end to end through the tunnel, the certificate checked for the name."""
+    server, certificate = tls_origin
+    https = urllib.request.build_opener(
+        urllib.request.ProxyHandler({"https": proxy.url}),
+        urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=str(certificate))),
+    )
+    with https.open(server.url("/echo", host="localhost"), timeout=TIMEOUT) as answer:
+        assert json.loads(answer.read())["path"] == "/echo"
+    with pytest.raises(urllib.error.URLError, match="403"):
+        https.open(server.url("/echo", host="127.0.0.1"), timeout=TIMEOUT)
+    assert [(d.protocol, d.allowed) for d in proxy.decisions] == [
+        ("connect", True),
+        ("connect", False),
+    ]
 
 
 # Plain HTTP
