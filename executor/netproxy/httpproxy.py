@@ -120,7 +120,7 @@ def _absolute(target: bytes) -> tuple[str, int, bytes, bytes]:
         raise _BadTarget("a proxy request needs an absolute http:// URL")
     parts = urllib.parse.urlsplit(text)
     try:
-        port = parts.port or 80
+        port = 80 if parts.port is None else parts.port
     except ValueError:
         raise _BadTarget("the URL's port is not a port number") from None
     if not parts.hostname or "@" in parts.netloc:

@@ -343,6 +343,8 @@ def test_curl_plain_and_keep_alive(proxy: RunningProxy, origin: HttpServer) -> N
         ("GET ftp://localhost/ HTTP/1.1", 400, b"absolute http:// URL"),
         ("GET http://user:pw@localhost/ HTTP/1.1", 400, b"no user name"),
         ("GET http://localhost:99999/ HTTP/1.1", 400, b"not a port number"),
+        ("CONNECT localhost:0 HTTP/1.1", 403, b"port 0 is out of range"),
+        ("GET http://localhost:0/ HTTP/1.1", 403, b"port 0 is out of range"),
     ],
 )
 def test_requests_a_proxy_does_not_serve(
@@ -350,7 +352,7 @@ def test_requests_a_proxy_does_not_serve(
 ) -> None:
     answer, _headers, body = plain(proxy, f"{request_line}\r\nHost: x\r\n\r\n".encode())
     assert answer == status and reason in body
-    assert proxy.decisions == []
+    assert [d.reason for d in proxy.decisions] == ([] if status == 400 else [reason.decode()])
 
 
 def test_an_upstream_that_breaks_off_resets_the_client(
