@@ -118,17 +118,21 @@ def _absolute(target: bytes) -> tuple[str, int, bytes, bytes]:
         if text[:8].lower() == "https://":
             raise _BadTarget("https:// goes through CONNECT, not a plain proxy request")
         raise _BadTarget("a proxy request needs an absolute http:// URL")
-    parts = urllib.parse.urlsplit(text)
+    try:
+        parts = urllib.parse.urlsplit(text)
+        hostname = parts.hostname
+    except ValueError:  # a broken IPv6 literal
+        raise _BadTarget("the URL's host is not a host") from None
     try:
         port = 80 if parts.port is None else parts.port
     except ValueError:
         raise _BadTarget("the URL's port is not a port number") from None
-    if not parts.hostname or "@" in parts.netloc:
+    if not hostname or "@" in parts.netloc:
         raise _BadTarget("the URL needs a host (and no user name)")
     origin = parts.path or "/"
     if parts.query:
         origin = f"{origin}?{parts.query}"
-    return parts.hostname, port, parts.netloc.encode("ascii"), origin.encode("ascii")
+    return hostname, port, parts.netloc.encode("ascii"), origin.encode("ascii")
 
 
 def _end_to_end(headers: H11Headers, *, drop: frozenset[bytes] = frozenset()) -> Headers:
@@ -257,6 +261,10 @@ async def _forward(
         await upstream.send(
             up.send(h11.Request(method=request.method, target=origin, headers=headers))
         )
+    except h11.LocalProtocolError as exc:
+        upstream.close()
+        await answer(client, 400, f"cannot forward this request: {exc}")
+        return False
     except OSError as exc:
         upstream.close()
         await answer(client, 502, f"{_text(authority)}: {exc.strerror or exc}")
@@ -268,7 +276,7 @@ async def _forward(
     failure: Exception | None = None
     try:
         await _relay_response(conn, client, up, upstream, sending)
-    except (_UpstreamFailed, h11.RemoteProtocolError, OSError) as exc:
+    except (_UpstreamFailed, h11.ProtocolError, OSError) as exc:
         failure = exc
     finally:
         upstream.close()

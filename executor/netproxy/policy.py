@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
 from executor.addresses import IPAddress, LookupFailed, address_kind
@@ -142,9 +142,19 @@ def _addresses(patterns: tuple[str, ...]) -> tuple[IPAddress, ...]:
 class ProxyPolicy:
     """A sandbox's ``NetworkPolicy`` as the proxy applies it to one request."""
 
-    def __init__(self, policy: NetworkPolicy, *, resolver: Resolver = resolve) -> None:
+    def __init__(
+        self,
+        policy: NetworkPolicy,
+        *,
+        resolver: Resolver = resolve,
+        loopback_ports: Collection[int] | None = None,
+    ) -> None:
         self.policy = policy
         self._resolver = resolver
+        #: When set, the proxy connects to loopback (and unspecified) addresses only at
+        #: these ports, however the host was allowed: what the proxy calls loopback is the
+        #: host's (the daemon, other users' services), not the command's own.
+        self.loopback_ports = None if loopback_ports is None else frozenset(loopback_ports)
         self._deny_literals = _addresses(policy.deny)
         self._allow_literals = _addresses(policy.allow)
 
@@ -191,6 +201,13 @@ class ProxyPolicy:
             return None
         return f"resolves to {kind} {address} (list the host explicitly)"
 
+    def _loopback_refusal(self, address: IPAddress, port: int) -> str | None:
+        if self.loopback_ports is None or port in self.loopback_ports:
+            return None
+        if address_kind(address) not in ("loopback", "unspecified"):
+            return None
+        return f"loopback {address} is reached only at the profile's local_ports"
+
     async def vet(self, host: str, port: int) -> Vetted:
         """The addresses the proxy may connect to for ``host:port``: the name checked, then
         resolved once, then every address checked. ``Refused`` when the policy allows none
@@ -200,8 +217,10 @@ class ProxyPolicy:
             raise Refused(f"port {port} is out of range")
         pattern, explicit, literal = self.check_name(host)
         reason = f"allowed by {pattern}"
-        if literal is not None:
-            return Vetted((literal,), reason)  # listed, hence explicit: any address class
+        if literal is not None:  # listed, hence explicit: any address class but these
+            if (why := self._loopback_refusal(literal, port)) is not None:
+                raise Refused(why, literal)
+            return Vetted((literal,), reason)
         try:
             found = await self._resolver(normalize_host(host), port)
         except Unreachable as exc:
@@ -210,7 +229,9 @@ class ProxyPolicy:
         allowed: list[IPAddress] = []
         refusal: Refused | None = None
         for address in found:
-            why = self.address_refusal(address, explicit=explicit)
+            why = self._loopback_refusal(address, port) or self.address_refusal(
+                address, explicit=explicit
+            )
             if why is None:
                 allowed.append(address)
             elif refusal is None:

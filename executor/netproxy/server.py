@@ -21,7 +21,7 @@ import functools
 import logging
 import socket
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from executor.netproxy import splice
@@ -70,7 +70,11 @@ class ProxyLimits:
 
 
 class ProxyServer:
-    """An HTTP and SOCKS5 proxy applying one ``NetworkPolicy``; see the module docstring."""
+    """An HTTP and SOCKS5 proxy applying one ``NetworkPolicy``; see the module docstring.
+
+    ``loopback_ports``: when given, loopback addresses are connected to only at these ports
+    (``ProxyPolicy``); ``resolver`` replaces name resolution (tests).
+    """
 
     def __init__(
         self,
@@ -79,8 +83,9 @@ class ProxyServer:
         on_decision: Callable[[Decision], None],
         limits: ProxyLimits = ProxyLimits(),
         resolver: Resolver = resolve,
+        loopback_ports: Collection[int] | None = None,
     ) -> None:
-        self.policy = ProxyPolicy(policy, resolver=resolver)
+        self.policy = ProxyPolicy(policy, resolver=resolver, loopback_ports=loopback_ports)
         self.limits = limits
         self._on_decision = on_decision
         self._listener: socket.socket | None = None
@@ -97,6 +102,11 @@ class ProxyServer:
         self.refused = 0
         #: Connections dropped for what they sent, or for being one too many.
         self.rejected = 0
+
+    @property
+    def splicing(self) -> bool:
+        """Whether tunnels are relayed by ``splice(2)``."""
+        return self._pool is not None
 
     @property
     def tunnels(self) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import os
 import socket
 from collections.abc import Callable
@@ -40,9 +41,30 @@ _F_SETPIPE_SZ: Final = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _F_GETPIPE_SZ: Final = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 
 
+@functools.cache
 def available() -> bool:
-    """Whether this platform has ``splice`` (Linux)."""
-    return hasattr(os, "splice") and hasattr(os, "pipe2")
+    """Whether TCP sockets can be spliced here (Linux; tried once on a loopback pair, since
+    a kernel or sandbox may have the call and refuse it for sockets)."""
+    if not (hasattr(os, "splice") and hasattr(os, "pipe2")):
+        return False
+    try:
+        with (
+            socket.create_server(("127.0.0.1", 0)) as listener,
+            socket.create_connection(listener.getsockname(), timeout=1) as sender,
+        ):
+            receiver, _ = listener.accept()
+            read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+            try:
+                with receiver:
+                    sender.sendall(b"x")
+                    moved = os.splice(receiver.fileno(), write_fd, 1)
+                    moved += os.splice(read_fd, receiver.fileno(), 1)
+                    return moved == 2 and sender.recv(1) == b"x"
+            finally:
+                os.close(read_fd)
+                os.close(write_fd)
+    except OSError:
+        return False
 
 
 class _Pipe:

@@ -88,6 +88,7 @@ def start_proxy(
     deny: tuple[str, ...] = (),
     limits: ProxyLimits | None = None,
     resolver: Resolver = resolve,
+    loopback_ports: tuple[int, ...] | None = None,
 ) -> RunningProxy:
     """A proxy for ``allow``/``deny`` listening on 127.0.0.1 (a socket made here, as the
     daemon makes it)."""
@@ -98,7 +99,11 @@ def start_proxy(
 
     async def start() -> ProxyServer:
         server = ProxyServer(
-            policy, on_decision=decisions.append, limits=limits or ProxyLimits(), resolver=resolver
+            policy,
+            on_decision=decisions.append,
+            limits=limits or ProxyLimits(),
+            resolver=resolver,
+            loopback_ports=loopback_ports,
         )
         await server.start(listener)
         return server

@@ -121,6 +121,23 @@ def test_localhost_through_a_wildcard_is_refused(make_proxy: MakeProxy, echo: Ec
 
 
 @pytest.mark.enforcement
+def test_loopback_ports_limit_even_listed_hosts(make_proxy: MakeProxy, echo: EchoServer) -> None:
+    """With ``loopback_ports`` (the daemon's local ports) ``localhost`` listed reaches
+    only those ports of the host's loopback."""
+    proxy = make_proxy(allow=("localhost", "127.0.0.2"), loopback_ports=(echo.port,))
+    status, sock, _ = http_connect(proxy, f"localhost:{echo.port}")
+    with sock:
+        assert status == 200 and exchange(sock, b"db") == b"db"
+    other = echo.port + 1 if echo.port < 65535 else 1
+    status, sock, body = http_connect(proxy, f"127.0.0.2:{other}")
+    sock.close()
+    assert status == 403 and b"reached only at the profile's local_ports" in body
+    status, sock, body = http_connect(proxy, f"localhost:{other}")
+    sock.close()
+    assert status == 403 and b"reached only at the profile's local_ports" in body
+
+
+@pytest.mark.enforcement
 def test_deny_wins(make_proxy: MakeProxy, echo: EchoServer) -> None:
     denied = make_proxy(allow=("localhost",), deny=("localhost",))
     status, sock, body = http_connect(denied, f"localhost:{echo.port}")
@@ -343,6 +360,7 @@ def test_curl_plain_and_keep_alive(proxy: RunningProxy, origin: HttpServer) -> N
         ("GET ftp://localhost/ HTTP/1.1", 400, b"absolute http:// URL"),
         ("GET http://user:pw@localhost/ HTTP/1.1", 400, b"no user name"),
         ("GET http://localhost:99999/ HTTP/1.1", 400, b"not a port number"),
+        ("GET http://[::1/ HTTP/1.1", 400, b"not a host"),
         ("CONNECT localhost:0 HTTP/1.1", 403, b"port 0 is out of range"),
         ("GET http://localhost:0/ HTTP/1.1", 403, b"port 0 is out of range"),
     ],

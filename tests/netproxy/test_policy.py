@@ -158,3 +158,25 @@ def test_localhost_through_the_real_resolver() -> None:
     wildcard = ProxyPolicy(NetworkPolicy(mode=NetworkAccess.PROXY, allow=("*",)))
     with pytest.raises(Refused, match=r"resolves to loopback .* \(list the host explicitly\)"):
         asyncio.run(wildcard.vet("localhost", 80))
+
+
+def test_loopback_only_at_the_given_ports_however_the_host_was_allowed() -> None:
+    network = NetworkPolicy(
+        mode=NetworkAccess.PROXY, allow=("localhost", "127.0.0.1", "0.0.0.0", "mapped.example")
+    )
+    rules = ProxyPolicy(network, resolver=real_or_table, loopback_ports=(5432,))
+    assert [str(a) for a in asyncio.run(rules.vet("localhost", 5432)).addresses] == ["127.0.0.1"]
+    assert refusal(rules, "localhost", 8765) == (
+        "loopback 127.0.0.1 is reached only at the profile's local_ports"
+    )
+    assert refusal(rules, "127.0.0.1", 8765).startswith("loopback 127.0.0.1")
+    assert refusal(rules, "0.0.0.0", 8765).startswith("loopback 0.0.0.0")  # means this host
+    assert refusal(rules, "mapped.example", 8765).startswith("loopback ")
+    unlimited = ProxyPolicy(network, resolver=real_or_table)
+    assert vet(unlimited, "127.0.0.1", 8765) == ["127.0.0.1"]
+
+
+async def real_or_table(host: str, port: int) -> list[IPAddress]:
+    if host == "localhost":
+        return [ipaddress.ip_address("127.0.0.1")]
+    return await table(host, port)

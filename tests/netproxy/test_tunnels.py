@@ -9,6 +9,7 @@ import os
 import resource
 import socket
 import struct
+import sys
 import threading
 import time
 
@@ -43,6 +44,13 @@ def fast(make_proxy: MakeProxy, engine: bool) -> RunningProxy:
     """A proxy for ``localhost`` with short deadlines and a small header limit."""
     limits = ProxyLimits(handshake_timeout=0.3, max_header_bytes=4096, splice=engine)
     return make_proxy(allow=("localhost",), limits=limits)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="splice(2) is Linux's")
+def test_linux_tunnels_are_spliced(make_proxy: MakeProxy) -> None:
+    """The "splice" runs of these tests do test splicing (the probe found it usable)."""
+    assert make_proxy().server.splicing
+    assert not make_proxy(limits=ProxyLimits(splice=False)).server.splicing
 
 
 def test_hundreds_of_concurrent_tunnels(
