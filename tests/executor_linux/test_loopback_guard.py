@@ -27,14 +27,9 @@ from pathlib import Path
 import pytest
 from executor_linux import bpf
 from executor_linux.backend import LinuxBackend
-from executor_linux.loopback_guard import (
-    DNS_PORT,
-    STATIC_LOCAL,
-    GuardedCommand,
-    LoopbackGuard,
-    local_prefixes,
-    loopback_guard_support,
-)
+from executor_linux.local_addresses import STATIC_LOCAL, local_prefixes
+from executor_linux.loopback_guard import GuardedCommand, LoopbackGuard, loopback_guard_support
+from executor_linux.loopback_programs import _MAPPED_WORD2, DNS_PORT, _native16, trie_key
 
 from executor.protocol.intent import Access, NetworkMode
 from executor.sandbox import Feature, HostInfo, LaunchPlan, RuleSet
@@ -211,9 +206,7 @@ def interface_address() -> str | None:
 
 def test_static_prefixes_cover_loopback_unspecified_and_mapped_forms() -> None:
     assert {"127.0.0.0/8", "0.0.0.0/8", "::1/128", "::/128"} <= set(STATIC_LOCAL)
-    from executor_linux.loopback_guard import _key
-
-    key = _key(ipaddress.ip_network("127.0.0.0/8"))
+    key = trie_key(ipaddress.ip_network("127.0.0.0/8"))
     # prefix 96 + 8 over ::ffff:127.0.0.0, the form the programs build for IPv4
     assert key == struct.pack("=I", 104) + bytes(10) + b"\xff\xff\x7f\0\0\0"
 
@@ -501,8 +494,6 @@ def test_ports_and_addresses_compare_in_network_byte_order() -> None:
     """user_port and user_ip4 hold network-order bytes; loaded as a native integer, the
     constants the programs compare with must be the same bytes (the real hooks check the
     rest: a listed port works, its neighbour does not)."""
-    from executor_linux.loopback_guard import _MAPPED_WORD2, _native16
-
     assert struct.pack("=H", _native16(8080)) == struct.pack("!H", 8080)
     assert struct.pack("=i", _MAPPED_WORD2) == b"\0\0\xff\xff"
 
