@@ -183,18 +183,20 @@ class LoopbackGuard:
             raise ValueError(f"local ports must be 1-65535: {ports}")
         with self._lock:
             maps, hierarchy = self._setup()
-            maps.sync(local_prefixes())
-            checks = self._checks_for(maps, ports)
         tagger = maps.tagger(self.tag(scope))
         try:
-            borrowed = _v2_cgroup(joined, hierarchy)
-            directory = borrowed or self._create(hierarchy)
-            try:
-                _attach_all(directory, tagger + checks)
-            except OSError:
-                if borrowed is None:
-                    remove(directory)
-                raise
+            # Under the lock: the cached checks must not be evicted (closed) mid-attach.
+            with self._lock:
+                maps.sync(local_prefixes())
+                checks = self._checks_for(maps, ports)
+                borrowed = _v2_cgroup(joined, hierarchy)
+                directory = borrowed or self._create(hierarchy)
+                try:
+                    _attach_all(directory, tagger + checks)
+                except OSError:
+                    if borrowed is None:
+                        remove(directory)
+                    raise
         finally:
             for _attach, program in tagger:
                 program.close()  # the attachment holds it now
