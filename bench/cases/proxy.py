@@ -57,7 +57,7 @@ def _data_server() -> None:
         print(listener.getsockname()[1], flush=True)
 
         def serve(conn: socket.socket) -> None:
-            with conn:
+            with conn, contextlib.suppress(OSError):  # a client that left
                 command = conn.recv(1)
                 if command == b"D":
                     size = int.from_bytes(conn.recv(8), "big")
