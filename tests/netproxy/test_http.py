@@ -3,6 +3,7 @@ with raw clients, curl and urllib."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from executor.netproxy.policy import IPAddress
 from tests.http.servers import HttpServer, serve
 from tests.netproxy.conftest import MakeProxy
 from tests.netproxy.helpers import (
@@ -135,6 +137,34 @@ def test_loopback_ports_limit_even_listed_hosts(make_proxy: MakeProxy, echo: Ech
     status, sock, body = http_connect(proxy, f"localhost:{other}")
     sock.close()
     assert status == 403 and b"reached only at the profile's local_ports" in body
+
+
+@pytest.mark.enforcement
+def test_a_name_is_resolved_once_and_its_address_checked(
+    make_proxy: MakeProxy, echo2: EchoServer
+) -> None:
+    """``svc.test`` resolves to 127.0.0.2 — then, were it asked again, elsewhere: through
+    ``*.test`` it is refused (loopback); listed exactly, the proxy connects to the address
+    it checked, asking DNS once."""
+    answers: list[str] = []
+
+    async def rebinding(host: str, port: int) -> list[IPAddress]:
+        answers.append(host)
+        return [ipaddress.ip_address("127.0.0.2" if len(answers) % 2 else "127.0.0.1")]
+
+    wildcard = make_proxy(allow=("*.test",), resolver=rebinding)
+    status, sock, body = http_connect(wildcard, f"svc.test:{echo2.port}")
+    sock.close()
+    assert status == 403 and b"resolves to loopback 127.0.0.2 (list the host explicitly)" in body
+    answers.clear()
+    explicit = make_proxy(allow=("svc.test",), resolver=rebinding)
+    accepted = echo2.accepted
+    status, sock, _ = http_connect(explicit, f"svc.test:{echo2.port}")
+    with sock:
+        assert status == 200 and exchange(sock, b"vetted") == b"vetted"
+    assert answers == ["svc.test"]
+    assert echo2.accepted == accepted + 1  # 127.0.0.2, the address that was checked
+    assert explicit.decisions[0].address == "127.0.0.2"
 
 
 @pytest.mark.enforcement
