@@ -24,11 +24,20 @@ def relay_to(runner: LoopThread, port: int) -> tuple[int, asyncio.Server]:
     return server.sockets[0].getsockname()[1], server
 
 
+def stop(runner: LoopThread, server: asyncio.Server) -> None:
+    """Close ``server`` on its loop (asyncio objects are not thread-safe)."""
+
+    async def close() -> None:
+        server.close()
+
+    runner.run(close())
+
+
 @pytest.fixture
 def relayed(runner: LoopThread, echo: EchoServer) -> Iterator[int]:
     port, server = relay_to(runner, echo.port)
     yield port
-    server.close()
+    stop(runner, server)
 
 
 def test_bytes_and_half_close_go_through(relayed: int) -> None:
@@ -52,4 +61,4 @@ def test_an_unreachable_target_resets_the_client(runner: LoopThread) -> None:
         ):
             read_all(sock)
     finally:
-        server.close()
+        stop(runner, server)
