@@ -21,6 +21,7 @@ from executor.fs.watch import SUPPORTED as WATCH_SUPPORTED
 from executor.fs.watch import watch_routes
 from executor.http import HttpPolicy, http_routes
 from executor.memory import MemoryReclaimer
+from executor.netproxy.session import SessionNetwork
 from executor.process import (
     Confinement,
     LiveProcessCounter,
@@ -185,6 +186,7 @@ class Daemon:
             executor_env=self._executor_env,
             reaped=self.reclaimer.request,
             env_deny=self.config.env_deny,
+            network=SessionNetwork(session.id),
         )
 
     def _session_expired(self, session: Session) -> None:

@@ -119,7 +119,7 @@ class _RecordingManager(SandboxManager):
         return self.selected
 
 
-def confine(request: RunRequest) -> tuple[ConfinedCommand, str | None]:
+async def confine(request: RunRequest) -> tuple[ConfinedCommand, str | None]:
     """Resolve and confine the command as the daemon would (raises to refuse); the
     confined command and the name of the backend that planned it (``None``: unsandboxed)."""
     manager = _RecordingManager(get_plugin_manager(blocked_from_env()))
@@ -138,7 +138,13 @@ def confine(request: RunRequest) -> tuple[ConfinedCommand, str | None]:
     intent = request.profile.intent(
         workspace_roots=request.workspace_roots, cwd=request.cwd, network=request.network
     )
-    confined = confinement.enforce(intent, command, label="executor run")
+    confined = await confinement.enforce(
+        intent,
+        command,
+        label="executor run",
+        operator=request.profile.network_policy(request.network),
+        process_id="run",
+    )
     backend = manager.selected.name if confined.sandboxed and manager.selected else None
     return confined, backend
 
@@ -148,7 +154,7 @@ async def run_command(request: RunRequest) -> int:
 
     A command that could not start raises ``InternalError`` naming what failed: the
     program, the working directory, or the sandbox layer (``LaunchFailed.stage``)."""
-    confined, backend = confine(request)
+    confined, backend = await confine(request)
     if request.verbose:
         _print_plan(request, confined, backend)
     spawner = Spawner()
@@ -253,10 +259,18 @@ async def _run(confined: ConfinedCommand, spawner: Spawner, verbose: bool) -> in
 
 def _verdict(confined: ConfinedCommand, code: int, log: OutputLog) -> int:
     output = log.all_output()
+    evidence = confined.evidence() if confined.evidence is not None and code != 0 else None
     verdict = classify(
-        sandboxed=confined.sandboxed, exit_code=code, output=output, linux=confined.linux
+        sandboxed=confined.sandboxed,
+        exit_code=code,
+        output=output,
+        linux=confined.linux,
+        evidence=evidence,
     )
-    if verdict.denied:
+    if evidence:
+        # Not a guess: the proxy refused a connection while the command ran.
+        print(f"executor: the sandbox's proxy {evidence.partition(': ')[2]}", file=sys.stderr)
+    elif verdict.denied:
         print(
             "executor: the sandbox probably denied something "
             f"(heuristic: {_evidence(verdict, code, output)})",

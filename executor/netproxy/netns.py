@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-__all__ = ["NetNamespace", "NamespaceError", "available"]
+__all__ = ["NamespaceError", "NetNamespace", "available"]
 
 _CLONE_NEWNET: Final = 0x40000000
 _SIOCGIFFLAGS: Final = 0x8913

@@ -1,14 +1,17 @@
 """The sandbox decision for a command: unsandboxed, confined by a backend, or refused.
 
 Every ``process/start`` (and ``executor run``) takes this one path: refuse what we cannot
-honour (managed networking), materialize the typed intent for this host, let the plugin
-manager select a backend that enforces everything the rules need, and get its launch plan —
-all before anything runs. Requests without ``sandbox`` run unsandboxed; ``permissions.type =
-disabled`` too, and reports ``sandboxType: none`` truthfully.
+honour (``networkProxy``), materialize the typed intent for this host, choose the command's
+network (``network.py``) and give it its place in the session's network (the proxy, relays,
+the private namespace: ``executor.netproxy.session``), let the plugin manager select a
+backend that enforces everything the rules need, and get its launch plan — all before
+anything runs. Requests without ``sandbox`` run unsandboxed; ``permissions.type = disabled``
+too, and reports ``sandboxType: none`` truthfully.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from collections.abc import Callable
@@ -17,7 +20,9 @@ from typing import Protocol
 
 from executor.errors import InvalidParams, SandboxUnavailable
 from executor.floor import PolicyFloor
-from executor.protocol.intent import SandboxIntent
+from executor.netproxy.session import SessionNetwork
+from executor.process.network import choose
+from executor.protocol.intent import NetworkMode, SandboxIntent
 from executor.protocol.messages import SandboxType, StartParams
 from executor.sandbox.api import LaunchPlan
 from executor.sandbox.command import Command
@@ -25,6 +30,7 @@ from executor.sandbox.hostview import HostView
 from executor.sandbox.limits import ResourceLimits, default_limits
 from executor.sandbox.manager import SandboxManager
 from executor.sandbox.materialize import materialize
+from executor.sandbox.network import NetworkAccess, NetworkPolicy
 from executor.sandbox.purpose import Purpose
 from executor.sandbox.rules import RuleSet
 
@@ -49,19 +55,26 @@ class ConfinedCommand:
     linux: bool = True
     release: Callable[[], None] | None = None
     summary: str | None = None
+    #: A denial observed while it ran (the proxy's refusals), for the exit's verdict.
+    evidence: Callable[[], str | None] | None = None
 
 
 class Confinement(Protocol):
     """Turns a start request into a launch: unsandboxed, sandboxed, or refused (raises)."""
 
-    def confine(self, params: StartParams, command: Command) -> ConfinedCommand:
-        """Decide how ``command`` runs; raise ``SandboxUnavailable`` to refuse it."""
+    async def confine(
+        self, params: StartParams, command: Command, network: SessionNetwork | None = None
+    ) -> ConfinedCommand:
+        """Decide how ``command`` runs (in ``network``, its session's); raise
+        ``SandboxUnavailable`` to refuse it."""
 
 
 class RefuseSandbox:
     """The confinement used when no sandbox support is configured: refuse every sandbox."""
 
-    def confine(self, params: StartParams, command: Command) -> ConfinedCommand:
+    async def confine(
+        self, params: StartParams, command: Command, network: SessionNetwork | None = None
+    ) -> ConfinedCommand:
         """Run unsandboxed requests as they are; refuse any request carrying a sandbox."""
         if params.sandbox is not None:
             raise SandboxUnavailable("no sandbox backend is configured")
@@ -77,12 +90,8 @@ def _refuse_managed_network(params: StartParams, *, sandboxed: bool) -> None:
         raise InvalidParams(
             "networkProxy is not supported by this executor (networkProxyLaunch is false)"
         )
-    if params.enforce_managed_network:
-        if not sandboxed:
-            raise InvalidParams("enforceManagedNetwork requires a sandbox")
-        raise SandboxUnavailable(
-            "managed networking needs a network proxy, which this executor does not run"
-        )
+    if params.enforce_managed_network and not sandboxed:
+        raise InvalidParams("enforceManagedNetwork requires a sandbox")
 
 
 def plan_command(
@@ -129,15 +138,37 @@ class SandboxConfinement:
             return rules
         return replace(rules, limits=self.limits)
 
-    def confine(self, params: StartParams, command: Command) -> ConfinedCommand:
-        """Decide how a ``process/start`` runs; raises ``SandboxUnavailable`` to refuse it."""
-        _refuse_managed_network(params, sandboxed=params.sandbox is not None)
-        return self.enforce(params.sandbox, command, label=f"process {params.process_id}")
-
-    def enforce(
-        self, intent: SandboxIntent | None, command: Command, *, label: str
+    async def confine(
+        self, params: StartParams, command: Command, network: SessionNetwork | None = None
     ) -> ConfinedCommand:
-        """Confine ``command`` to ``intent`` (None: unsandboxed), or raise to refuse it."""
+        """Decide how a ``process/start`` runs; raises ``SandboxUnavailable`` to refuse it."""
+        sandboxed = params.sandbox is not None or self.floor is not None
+        _refuse_managed_network(params, sandboxed=sandboxed)
+        return await self.enforce(
+            params.sandbox,
+            command,
+            label=f"process {params.process_id}",
+            params=params,
+            network=network,
+            process_id=params.process_id,
+        )
+
+    async def enforce(
+        self,
+        intent: SandboxIntent | None,
+        command: Command,
+        *,
+        label: str,
+        params: StartParams | None = None,
+        operator: NetworkPolicy | None = None,
+        network: SessionNetwork | None = None,
+        process_id: str = "",
+    ) -> ConfinedCommand:
+        """Confine ``command`` to ``intent`` (None: unsandboxed), or raise to refuse it.
+
+        ``operator`` is the operator's network policy (``executor run``: the profile's; the
+        daemon: its floor's); ``network`` the session's network (made for this command
+        alone when None and it needs one)."""
         if self.floor is not None:
             floored = self.floor.process_rules(intent, self.host, cwd=command.cwd, env=command.env)
             rules: RuleSet | None = replace(floored, limits=self.limits)
@@ -145,8 +176,52 @@ class SandboxConfinement:
                 label = f"{label} (under the required sandbox {self.floor.name})"
         else:
             rules = None if intent is None else self.rules_for(intent, command)
+        if rules is None and intent is not None and params and params.enforce_managed_network:
+            # A disabled sandbox still routes its network when asked to (the reference does
+            # too): never less confinement than was asked for.
+            rules = RuleSet(filesystem_restricted=False, limits=self.limits)
         if rules is None:
             return ConfinedCommand(request=command, sandbox_type=SandboxType.NONE, sandboxed=False)
+        if operator is None and self.floor is not None:
+            operator = self.floor.profile.network
+        choice = choose(params, rules.network, command.env, operator=operator)
+        policy = choice.policy
+        if policy.mode is not NetworkAccess.PROXY:
+            rules = replace(
+                rules,
+                network=NetworkMode.ENABLED if policy.enabled else NetworkMode.RESTRICTED,
+                local_ports=policy.local_ports,
+                network_scope=None if network is None else network.session_id,
+            )
+            return self._planned(rules, command, label)
+        own = network is None
+        session = SessionNetwork(f"{label} (own network)") if network is None else network
+        attachment = await session.attach(
+            policy,
+            process_id=process_id,
+            executor_proxy=choice.executor_proxy,
+            socks=choice.socks,
+        )
+        try:
+            rules = replace(rules, network=NetworkMode.ENABLED, route=attachment.route)
+            command = replace(command, env={**command.env, **attachment.env})
+            confined = self._planned(rules, command, label)
+        except BaseException:
+            attachment.release()
+            if own:
+                await session.close()
+            raise
+
+        def release() -> None:
+            attachment.release()
+            if confined.release is not None:
+                confined.release()
+            if own:
+                asyncio.get_running_loop().create_task(session.close())
+
+        return replace(confined, release=release, evidence=attachment.evidence)
+
+    def _planned(self, rules: RuleSet, command: Command, label: str) -> ConfinedCommand:
         plan, request = plan_command(self.manager, rules, command)
         # Debug only: the audit trail's process.start line carries the same summary.
         log.debug("%s: %s", label, plan.report.summary())

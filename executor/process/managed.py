@@ -244,11 +244,14 @@ class ManagedProcess:
             self._grace = None
         code = exit_code_from_status(self._exit_status)
         self.exit_code = code
+        evidence = self.confined.evidence
         verdict = classify(
             sandboxed=self.confined.sandboxed,
             exit_code=code,
             output=self.log.all_output(),
             linux=self.confined.linux,
+            # A refusal the command shrugged off (exit 0) did not make it fail.
+            evidence=evidence() if evidence is not None and code != 0 else None,
         )
         self.sandbox_denied = verdict.denied
         if audit.enabled():

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from executor import audit, envpolicy, proctree
 from executor.errors import InvalidParams, InvalidRequest, spawn_error
+from executor.netproxy.session import SessionNetwork
 from executor.process.confinement import ConfinedCommand, Confinement
 from executor.process.limits import LiveProcessCounter, ProcessLimits
 from executor.process.managed import ManagedProcess, Notifier
@@ -47,6 +48,7 @@ class ProcessTable:
         executor_env: dict[str, str] | None = None,
         reaped: Callable[[], None] | None = None,
         env_deny: tuple[str, ...] = (),
+        network: SessionNetwork | None = None,
     ) -> None:
         self.spawner = spawner
         self.confinement = confinement
@@ -58,6 +60,8 @@ class ProcessTable:
         self.reaped = reaped
         #: Variables never passed to a command, whatever its ``envPolicy`` (``--env-deny``).
         self.env_deny = env_deny
+        #: The session's network (its proxies, relays and private namespace).
+        self.network = network
         self._processes: dict[str, ManagedProcess] = {}
         self._live = 0
 
@@ -130,7 +134,7 @@ class ProcessTable:
             )
         self.counter.reserve()
         try:
-            confined = self.confinement.confine(params, command)
+            confined = await self.confinement.confine(params, command, self.network)
         except BaseException:
             self.counter.release()
             raise
@@ -247,6 +251,8 @@ class ProcessTable:
                 self.counter.release()
             process.forget()
         self._processes.clear()
+        if self.network is not None:
+            await self.network.close()
 
 
 def _kill_late_start(future: asyncio.Future[tuple[int, int]]) -> None:

@@ -12,9 +12,10 @@ A difference, on purpose: only the command's own output is searched. The referen
 searched its own helper's panic text, so a sandboxed command that did not exist was "denied";
 here such a command fails ``process/start`` instead and never exits.
 
-``evidence`` (a denial observed by other means) counts as denied whatever the output says, but
-no caller passes it yet: the plugin API has no hook for a backend to hand over evidence after
-exit, so today every verdict comes from the steps above.
+``evidence`` (a denial observed by other means) counts as denied whatever the output says.
+Today that is the executor's proxy refusing a connection while a command that then failed
+ran (reason ``network_policy: refused HOST:PORT: why``); backends have no hook to hand over
+evidence after exit, so every other verdict comes from the steps above.
 """
 
 from __future__ import annotations

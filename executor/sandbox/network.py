@@ -128,6 +128,8 @@ class NetworkPolicy:
     local_ports: tuple[int, ...] = ()
     #: Whether the command may listen (TCP) — on its own loopback in proxy mode.
     local_binding: bool = True
+    #: Another policy that must allow a host too (an operator's, under a client's).
+    within: NetworkPolicy | None = None
 
     @property
     def enabled(self) -> bool:
@@ -137,6 +139,13 @@ class NetworkPolicy:
     def allows_host(self, host: str) -> tuple[bool, bool]:
         """``(allowed, explicit)`` for ``host``: ``explicit`` when an allow pattern names it
         exactly (only then may it resolve to a loopback, private or metadata address)."""
+        allowed, explicit = self._own(host)
+        if self.within is None or not allowed:
+            return allowed, explicit
+        outer, outer_explicit = self.within.allows_host(host)
+        return outer, explicit and outer_explicit
+
+    def _own(self, host: str) -> tuple[bool, bool]:
         name = normalize_host(host)
         if any(pattern_matches(pattern, name) for pattern in self.deny):
             return False, False
