@@ -187,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
         cwd=cwd,
         env=env,
         network=_network(args),
+        shared_loopback=args.shared_loopback,
         verbose=args.verbose,
         tty=args.tty if args.tty is not None else sys.stdin.isatty() and sys.stdout.isatty(),
     )

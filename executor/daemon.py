@@ -36,6 +36,7 @@ from executor.sandbox.api import HostInfo
 from executor.sandbox.host import LocalHost, ensure_state_directory, state_directory
 from executor.sandbox.limits import ResourceLimits, default_limits
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
+from executor.sandbox.rules import Feature
 from executor.session import DEFAULT_SESSION_TTL, Session, SessionRegistry
 from executor.spawn.spawner import Spawner
 
@@ -80,6 +81,9 @@ class DaemonConfig:
     workspace_roots: tuple[str, ...] = ()
     #: fnmatch patterns (case-sensitive) of variables never passed to any command.
     env_deny: tuple[str, ...] = ()
+    #: Sandboxes with the full network may reach this host's loopback services (no loopback
+    #: isolation: for hosts where it cannot be enforced, accepting that risk).
+    shared_loopback: bool = False
 
     def capabilities(self) -> Capabilities:
         """``IMPLEMENTED``, plus what this configuration turns on."""
@@ -124,10 +128,21 @@ class Daemon:
         self.loop.call_soon(self.sandbox.log_readiness)
         self.floor = self._load_floor(config)
         self.confinement: Confinement = confinement or SandboxConfinement(
-            self.sandbox, self.host_view, config.sandbox_limits, self.floor
+            self.sandbox,
+            self.host_view,
+            config.sandbox_limits,
+            self.floor,
+            shared_loopback=config.shared_loopback,
         )
         self.counter = LiveProcessCounter(config.process.max_total)
-        self.environment = describe_host(capabilities or config.capabilities())
+        if capabilities is None:
+            # A client that routes through an executor-local proxy asks first (the real
+            # one refuses the command itself when this is false).
+            capabilities = dataclasses.replace(
+                config.capabilities(),
+                network_proxy_launch=self.sandbox.enforces(Feature.NETWORK_PROXY),
+            )
+        self.environment = describe_host(capabilities)
         self.environment_wire = self.environment.to_wire()
         self.routes = {
             route.method: route

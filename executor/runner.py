@@ -103,6 +103,8 @@ class RunRequest:
     #: The command's environment (``child_environment``); ``None``: ours, unfiltered.
     env: ChildEnvironment | None = None
     network: bool | None = None
+    #: Full network without loopback isolation (``--shared-loopback``).
+    shared_loopback: bool = False
     verbose: bool = False
     #: Give the command a terminal of its own (relayed through ours).
     tty: bool = False
@@ -124,7 +126,10 @@ async def confine(request: RunRequest) -> tuple[ConfinedCommand, str | None]:
     confined command and the name of the backend that planned it (``None``: unsandboxed)."""
     manager = _RecordingManager(get_plugin_manager(blocked_from_env()))
     confinement = SandboxConfinement(
-        manager, LocalHost(hidden_paths=(ensure_state_directory(),)), limits=request.profile.limits
+        manager,
+        LocalHost(hidden_paths=(ensure_state_directory(),)),
+        limits=request.profile.limits,
+        shared_loopback=request.shared_loopback,
     )
     env = dict(os.environ) if request.env is None else dict(request.env.env)
     name = request.argv[0]

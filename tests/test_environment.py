@@ -24,13 +24,19 @@ FIELD_ORDER = [
     "capabilities",
 ]
 NOT_IMPLEMENTED = [
-    "networkProxyLaunch",
     "networkProxyReviewDomains",
     "credentialMasking",
     "credentialMaskingCustomProviders",
     "shellSnapshotV2",
     "windowsMxc",
 ]
+
+
+def _proxy_mode_here() -> bool:
+    from executor.sandbox.manager import SandboxManager, get_plugin_manager
+    from executor.sandbox.rules import Feature
+
+    return SandboxManager(get_plugin_manager()).enforces(Feature.NETWORK_PROXY)
 
 
 def test_status_is_ready(client: WsClient) -> None:
@@ -91,3 +97,5 @@ def test_capabilities_are_explicit_booleans_and_honest(client: WsClient) -> None
     assert all(isinstance(value, bool) for value in capabilities.values())
     for flag in NOT_IMPLEMENTED:
         assert capabilities[flag] is False, flag
+    # Advertised exactly where a backend can run commands behind the executor's proxy.
+    assert capabilities["networkProxyLaunch"] is _proxy_mode_here()

@@ -34,6 +34,7 @@ MORE_OPTIONS: list[list[str]] = [
     ["--require-sandbox", "read-only"],
     ["--workspace", "/srv/project"],
     ["--env-deny", "AWS_*"],
+    ["--shared-loopback"],
     ["--ws-auth", "signed-bearer-token"],
     ["--ws-token-file", "/etc/executor/token"],
     ["--ws-token-sha256", "ab" * 32],

@@ -106,6 +106,13 @@ def add_policy_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "--network", choices=["on", "off"], help="override the profile's network setting"
     )
     run.add_argument(
+        "--shared-loopback",
+        action="store_true",
+        help="with the full network, let the command reach this host's loopback services "
+        "(otherwise they are unreachable but the profile's local_ports, and where that cannot "
+        "be enforced the command is refused)",
+    )
+    run.add_argument(
         "--env",
         action="append",
         metavar="NAME[=VALUE]",

@@ -268,6 +268,14 @@ def _add_floor(serve: argparse.ArgumentParser, daemon: DaemonConfig) -> None:
         " (without any, :workspace_roots expands to nothing; a client's roots never count)",
     )
     floor.add_argument(
+        "--shared-loopback",
+        action="store_true",
+        default=daemon.shared_loopback,
+        help="let sandboxes with the full network reach this host's loopback services (this"
+        " daemon's port included) instead of refusing them where loopback isolation cannot be"
+        " enforced (it needs root: cgroup BPF); proxy-mode sandboxes are isolated regardless",
+    )
+    floor.add_argument(
         "--env-deny",
         action="append",
         default=list(daemon.env_deny),
@@ -438,6 +446,7 @@ def daemon_config(args: argparse.Namespace) -> DaemonConfig:
         require_sandbox=args.require_sandbox,
         workspace_roots=tuple(args.workspace),
         env_deny=tuple(args.env_deny),
+        shared_loopback=args.shared_loopback,
         secret_files=tuple(
             os.path.realpath(path)
             for path in (args.ws_token_file, args.ws_shared_secret_file)

@@ -217,8 +217,8 @@ class SessionNetwork:
         session = self.session_id
 
         def record(decision: Decision) -> None:
-            if decision.allowed:
-                log.info("session %s process %s: %s", session, process_id, decision)
+            if decision.allowed:  # the audit trail has every decision; the log, refusals
+                log.debug("session %s process %s: %s", session, process_id, decision)
             else:
                 log.info("session %s process %s: %s", session, process_id, decision)
                 if len(refusals) < _KEPT_REFUSALS:

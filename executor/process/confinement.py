@@ -86,11 +86,13 @@ class RefuseSandbox:
 
 
 def _refuse_managed_network(params: StartParams, *, sandboxed: bool) -> None:
+    """Managed networking is enforcement; without a sandbox there is nothing to enforce it
+    with (the reference runs such a command unconfined, or with an advisory proxy)."""
+    if sandboxed:
+        return
     if params.network_proxy is not None:
-        raise InvalidParams(
-            "networkProxy is not supported by this executor (networkProxyLaunch is false)"
-        )
-    if params.enforce_managed_network and not sandboxed:
+        raise InvalidParams("networkProxy requires a sandbox")
+    if params.enforce_managed_network:
         raise InvalidParams("enforceManagedNetwork requires a sandbox")
 
 
@@ -116,6 +118,8 @@ class SandboxConfinement:
         host: HostView,
         limits: ResourceLimits | None = None,
         floor: PolicyFloor | None = None,
+        *,
+        shared_loopback: bool = False,
     ) -> None:
         self.manager = manager
         self.host = host
@@ -124,6 +128,9 @@ class SandboxConfinement:
         #: The operator's required sandbox (``serve --require-sandbox``): every command runs
         #: under it or under a sandbox that grants no more.
         self.floor = floor
+        #: Full-network sandboxes may reach the host's loopback (the operator opted out of
+        #: loopback isolation); otherwise a backend must isolate it or the command is refused.
+        self.shared_loopback = shared_loopback
 
     def rules_for(self, intent: SandboxIntent, command: Command) -> RuleSet | None:
         """Materialized rules of ``intent`` for ``command`` (None: sandbox disabled)."""
@@ -176,7 +183,10 @@ class SandboxConfinement:
                 label = f"{label} (under the required sandbox {self.floor.name})"
         else:
             rules = None if intent is None else self.rules_for(intent, command)
-        if rules is None and intent is not None and params and params.enforce_managed_network:
+        managed = params is not None and (
+            params.enforce_managed_network or params.network_proxy is not None
+        )
+        if rules is None and intent is not None and managed:
             # A disabled sandbox still routes its network when asked to (the reference does
             # too): never less confinement than was asked for.
             rules = RuleSet(filesystem_restricted=False, limits=self.limits)
@@ -192,6 +202,7 @@ class SandboxConfinement:
                 network=NetworkMode.ENABLED if policy.enabled else NetworkMode.RESTRICTED,
                 local_ports=policy.local_ports,
                 network_scope=None if network is None else network.session_id,
+                isolate_loopback=policy.mode is NetworkAccess.FULL and not self.shared_loopback,
             )
             return self._planned(rules, command, label)
         own = network is None

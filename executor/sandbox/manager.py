@@ -107,6 +107,12 @@ class SandboxManager:
                 found.append((backend, status))
         return found
 
+    def enforces(self, feature: Feature) -> bool:
+        """Whether some available backend enforces ``feature`` here."""
+        return any(
+            status.available and feature in status.features for _, status in self.candidates
+        )
+
     def readiness(self) -> list[tuple[int, str]]:
         """What ``executor doctor`` would say about enforcement here, as log records
         (level, message): a warning when no backend is available, or when some feature no

@@ -62,14 +62,22 @@ NETWORK_OFF = [
     Route("legacy-landlock", network=False, driver="daemon", tty=True),
     Route("filter-network-off", network=False, driver="filter"),
 ]
+# The socket rules with the network on are the seccomp filter's: the host's loopback (the
+# test's listener) is reachable only without loopback isolation (test_loopback_guard.py and
+# tests/test_sandbox_network.py test that layer).
 NETWORK_ON = [
-    Route("workspace-network", network=True, profile="workspace-network"),
+    Route(
+        "workspace-network",
+        network=True,
+        profile="workspace-network",
+        extra=("--shared-loopback",),
+    ),
     Route(
         "network-on-no-namespaces",
         network=True,
         namespaces=False,
         tty=True,
-        extra=("--network", "on"),
+        extra=("--network", "on", "--shared-loopback"),
     ),
     Route("filter-network-on", network=True, driver="filter"),
 ]

@@ -179,7 +179,18 @@ def test_run_names_the_plugin_and_the_command_has_no_network(
     assert offline.returncode == 1 and "connected" not in offline.stdout
     assert "no connection" in offline.stderr
     assert (tmp_path / "ran").read_text() == ("1" if backend == "netns" else "-")
+    # Sharing the host's loopback: the listener is a host service (loopback isolation,
+    # which would refuse it, is tested in tests/test_sandbox_network.py).
     online = installed.executor(
-        "run", "--profile", PROFILE, "--network", "on", "--", sys.executable, "-c", probe
+        "run",
+        "--profile",
+        PROFILE,
+        "--network",
+        "on",
+        "--shared-loopback",
+        "--",
+        sys.executable,
+        "-c",
+        probe,
     )
     assert online.returncode == 0 and online.stdout == "connected\n", online.stderr
