@@ -109,9 +109,7 @@ class SandboxManager:
 
     def enforces(self, feature: Feature) -> bool:
         """Whether some available backend enforces ``feature`` here."""
-        return any(
-            status.available and feature in status.features for _, status in self.candidates
-        )
+        return any(status.available and feature in status.features for _, status in self.candidates)
 
     def readiness(self) -> list[tuple[int, str]]:
         """What ``executor doctor`` would say about enforcement here, as log records
