@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import functools
 import json
 import os
 import stat
@@ -14,11 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from executor.errors import InternalError, ProfileError, SandboxUnavailable
+from executor.netproxy.netns import NetNamespace
+from executor.netproxy.netns import available as netns_available
+from executor.process.network import network_rules
 from executor.sandbox.api import BackendStatus, HostInfo, SandboxBackend
 from executor.sandbox.host import LocalHost, ensure_state_directory
 from executor.sandbox.limits import default_limits
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.sandbox.materialize import materialize
+from executor.sandbox.network import NetworkAccess, NetworkPolicy, NetworkRoute
 from executor.sandbox.profile_report import enforcement, explain, explain_lines, limits_json
 from executor.sandbox.profile_report import summary as profile_summary
 from executor.sandbox.profiles import (
@@ -126,7 +131,45 @@ def _rules_for(
     rules = materialize(
         intent, host, purpose=Purpose.PROCESS, process_cwd=cwd, child_env=dict(os.environ)
     )
-    return None if rules is None else replace(rules, limits=profile.limits)
+    if rules is None:
+        return None
+    policy = profile.network_policy(network)
+    route = _trial_route(policy) if policy.mode is NetworkAccess.PROXY else None
+    return network_rules(replace(rules, limits=profile.limits), policy, route=route)
+
+
+#: The proxy's port is chosen when a command starts; any port plans the same.
+_TRIAL_PORT = 1
+
+
+@functools.cache
+def _trial_namespace() -> NetNamespace:
+    """A private network namespace to plan proxy mode against, as a session would make it
+    (held until this command exits)."""
+    return NetNamespace()
+
+
+def _trial_route(policy: NetworkPolicy) -> NetworkRoute:
+    """The route a proxied command would get, for ``explain`` and ``doctor`` (no proxy runs:
+    planning needs the namespace, not the proxy). ``SandboxUnavailable`` where none can be
+    made, as ``process/start`` would refuse it."""
+    linux = sys.platform.startswith("linux")  # a variable: the other branch is macOS's
+    if linux:
+        reason = netns_available()
+        if reason is not None:
+            raise SandboxUnavailable(
+                f"proxied networking needs a private network namespace, and {reason}"
+            )
+        namespace = _trial_namespace()
+        return NetworkRoute(
+            ports=(_TRIAL_PORT, *policy.local_ports),
+            netns_path=namespace.path,
+            netns_inode=namespace.inode,
+            local_binding=policy.local_binding,
+        )
+    return NetworkRoute(
+        ports=(_TRIAL_PORT, *policy.local_ports), local_binding=policy.local_binding
+    )
 
 
 def profile_explain(args: argparse.Namespace) -> int:

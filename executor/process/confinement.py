@@ -21,8 +21,8 @@ from typing import Protocol
 from executor.errors import InvalidParams, SandboxUnavailable
 from executor.floor import PolicyFloor
 from executor.netproxy.session import SessionNetwork
-from executor.process.network import choose
-from executor.protocol.intent import NetworkMode, SandboxIntent
+from executor.process.network import choose, network_rules
+from executor.protocol.intent import SandboxIntent
 from executor.protocol.messages import SandboxType, StartParams
 from executor.sandbox.api import LaunchPlan
 from executor.sandbox.command import Command
@@ -197,12 +197,11 @@ class SandboxConfinement:
         choice = choose(params, rules.network, command.env, operator=operator)
         policy = choice.policy
         if policy.mode is not NetworkAccess.PROXY:
-            rules = replace(
+            rules = network_rules(
                 rules,
-                network=NetworkMode.ENABLED if policy.enabled else NetworkMode.RESTRICTED,
-                local_ports=policy.local_ports,
-                network_scope=None if network is None else network.session_id,
-                isolate_loopback=policy.mode is NetworkAccess.FULL and not self.shared_loopback,
+                policy,
+                shared_loopback=self.shared_loopback,
+                scope=None if network is None else network.session_id,
             )
             return self._planned(rules, command, label)
         own = network is None
@@ -214,7 +213,7 @@ class SandboxConfinement:
             socks=choice.socks,
         )
         try:
-            rules = replace(rules, network=NetworkMode.ENABLED, route=attachment.route)
+            rules = network_rules(rules, policy, route=attachment.route)
             command = replace(command, env={**command.env, **attachment.env})
             confined = self._planned(rules, command, label)
         except BaseException:

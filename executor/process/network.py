@@ -22,7 +22,7 @@ The inputs, strongest first:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -30,9 +30,15 @@ from executor.errors import InvalidParams, SandboxUnavailable
 from executor.protocol.intent import NetworkMode
 from executor.protocol.messages import StartParams
 from executor.protocol.network_proxy import DomainRule, NetworkProxyLaunch, ProxyMode
-from executor.sandbox.network import NetworkAccess, NetworkPolicy, host_pattern_problem
+from executor.sandbox.network import (
+    NetworkAccess,
+    NetworkPolicy,
+    NetworkRoute,
+    host_pattern_problem,
+)
+from executor.sandbox.rules import RuleSet
 
-__all__ = ["PROXY_VARIABLES", "NetworkChoice", "choose", "client_proxy_ports"]
+__all__ = ["PROXY_VARIABLES", "NetworkChoice", "choose", "client_proxy_ports", "network_rules"]
 
 #: Variables that name a proxy, exactly as the reference reads them (measured on 0.171).
 PROXY_VARIABLES: Final = (
@@ -234,4 +240,28 @@ def _narrowed(operator: NetworkPolicy, params: StartParams | None) -> NetworkPol
         # Only ports the operator listed: a client cannot open the host's loopback wider.
         local_ports=tuple(port for port in operator.local_ports if port in ports),
         local_binding=operator.local_binding and binding,
+    )
+
+
+def network_rules(
+    rules: RuleSet,
+    policy: NetworkPolicy,
+    *,
+    shared_loopback: bool = False,
+    scope: str | None = None,
+    route: NetworkRoute | None = None,
+) -> RuleSet:
+    """``rules`` with ``policy``'s network: the wire mode, loopback isolation for the full
+    network (unless the operator shares the host's loopback), and the proxy ``route`` (which
+    a proxy-mode policy must come with)."""
+    if policy.mode is NetworkAccess.PROXY:
+        if route is None:
+            raise ValueError("a proxy-mode network needs its route")
+        return replace(rules, network=NetworkMode.ENABLED, route=route)
+    return replace(
+        rules,
+        network=NetworkMode.ENABLED if policy.enabled else NetworkMode.RESTRICTED,
+        local_ports=policy.local_ports,
+        network_scope=scope,
+        isolate_loopback=policy.mode is NetworkAccess.FULL and not shared_loopback,
     )
