@@ -139,6 +139,18 @@ def _addresses(patterns: tuple[str, ...]) -> tuple[IPAddress, ...]:
     return tuple(found)
 
 
+def _is_this_host(address: IPAddress) -> bool:
+    """Whether ``address`` is one of this host's own (binding to it works: the kernel's
+    answer, current at every request, rather than a list that goes stale)."""
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((str(address), 0))
+    except OSError:
+        return False
+    return True
+
+
 class ProxyPolicy:
     """A sandbox's ``NetworkPolicy`` as the proxy applies it to one request."""
 
@@ -204,9 +216,12 @@ class ProxyPolicy:
     def _loopback_refusal(self, address: IPAddress, port: int) -> str | None:
         if self.loopback_ports is None or port in self.loopback_ports:
             return None
-        if address_kind(address) not in ("loopback", "unspecified"):
-            return None
-        return f"loopback {address} is reached only at the profile's local_ports"
+        if address_kind(address) in ("loopback", "unspecified"):
+            return f"loopback {address} is reached only at the profile's local_ports"
+        if _is_this_host(address):
+            # Services bound to every address answer on the host's own ones as well.
+            return f"{address} is this host's own address, reached only at the local_ports"
+        return None
 
     async def vet(self, host: str, port: int) -> Vetted:
         """The addresses the proxy may connect to for ``host:port``: the name checked, then

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
 
 import pytest
 
@@ -174,6 +175,24 @@ def test_loopback_only_at_the_given_ports_however_the_host_was_allowed() -> None
     assert refusal(rules, "mapped.example", 8765).startswith("loopback ")
     unlimited = ProxyPolicy(network, resolver=real_or_table)
     assert vet(unlimited, "127.0.0.1", 8765) == ["127.0.0.1"]
+
+
+def test_the_hosts_own_addresses_count_as_its_loopback() -> None:
+    """A service bound to every address answers on the host's own ones: with local ports
+    given, those are reached only at them too (listed or not), other addresses as before."""
+    own = ["::1"]  # always this host's; and its IPv4 address on the default route, if any
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.123", 9))  # sends nothing: picks the source address
+            own.append(probe.getsockname()[0])
+        except OSError:
+            pass
+    network = NetworkPolicy(mode=NetworkAccess.PROXY, allow=(*own, PUBLIC))
+    rules = ProxyPolicy(network, resolver=table, loopback_ports=(5432,))
+    for address in own:
+        assert vet(rules, address, 5432) == [address]
+        assert "local_ports" in refusal(rules, address, 8765)
+    assert vet(rules, PUBLIC, 8765) == [PUBLIC]
 
 
 async def real_or_table(host: str, port: int) -> list[IPAddress]:
