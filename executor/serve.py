@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from executor.daemon import Daemon, DaemonConfig
 from executor.errors import ConfigError
 from executor.server import Connection
+from executor.spawn.spawner import raise_descriptor_limit
 from executor.transports.auth import Authenticator, ReloadingAuthenticator
 from executor.transports.stdio import StdioTransport, open_stdio
 from executor.transports.websocket import WebSocketOptions, WebSocketProtocol, serve_websocket
@@ -87,6 +88,7 @@ async def serve(
         loop.add_signal_handler(signal.SIGHUP, _hung_up, stop)
     else:
         loop.add_signal_handler(signal.SIGHUP, _reload_credentials, ws_options.auth)
+    raise_descriptor_limit()
     daemon = make_daemon(config)
     server: asyncio.Server | None = None
     try:

@@ -6,13 +6,14 @@ import json
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from executor.errors import ConfigError
 from executor.serve import ListenAddress, parse_listen
-from tests.support.client import WsClient
+from tests.support.client import WsClient, output_of
 from tests.support.daemon import RunningDaemon, executor_command
 from tests.support.processes import gone, pid_from_first_output
 from tests.support.rawws import http_request
@@ -167,3 +168,27 @@ def test_shutdown_closes_connections_with_going_away(daemon_factory: type[Runnin
         time.sleep(0.02)
     assert client.inbox.closed
     assert client.ws.close_code == 1001
+
+
+def test_the_daemon_raises_its_descriptor_limit_and_commands_keep_theirs() -> None:
+    """Proxy tunnels hold descriptors: the daemon takes its hard limit; a command still gets
+    the soft limit the daemon was started with (select-based programs rely on 1024)."""
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if not hasattr(resource, "prlimit") or (hard != resource.RLIM_INFINITY and hard <= 1024):
+        pytest.skip("raised on Linux only, and only below a higher hard limit")
+
+    def lowered() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+
+    daemon = RunningDaemon(preexec=lowered)
+    try:
+        limits = Path(f"/proc/{daemon.pid}/limits").read_text()
+        row = next(line for line in limits.splitlines() if line.startswith("Max open files"))
+        assert int(row.split()[3]) > 1024
+        client = daemon.session()
+        _, events = client.run("n", ["/bin/sh", "-c", "ulimit -Sn"])
+        assert output_of(events).decode().strip() == "1024"
+    finally:
+        daemon.stop()

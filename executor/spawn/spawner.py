@@ -14,6 +14,7 @@ import asyncio
 import functools
 import os
 import pickle
+import resource
 import socket
 import struct
 import subprocess
@@ -122,6 +123,32 @@ def _runs(program: str) -> bool:
     return result.returncode == 2 and b"started by the daemon" in result.stderr
 
 
+#: The descriptor limit commands get when the daemon raised its own (``raise_descriptor_limit``;
+#: empty: it did not).
+_COMMAND_NOFILE: list[tuple[int, int]] = []
+#: Enough for every session's proxies and tunnels; more is never needed.
+_DAEMON_NOFILE_CAP = 1 << 20
+
+
+def raise_descriptor_limit() -> None:
+    """Raise the daemon's soft descriptor limit to its hard one (each proxy tunnel holds two
+    descriptors; a 1024 default runs out at a few hundred). Commands keep the limit the daemon
+    started with: the launcher servers are set back to it (programs using ``select`` rely on
+    a soft limit of 1024). Linux only (``prlimit``)."""
+    if not hasattr(resource, "prlimit") or _COMMAND_NOFILE:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else _DAEMON_NOFILE_CAP
+    wanted = min(wanted, _DAEMON_NOFILE_CAP)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (OSError, ValueError):
+        return
+    _COMMAND_NOFILE.append((soft, hard))
+
+
 class _Server:
     """One launcher server process and its control socket; started lazily, again if it died."""
 
@@ -148,6 +175,9 @@ class _Server:
             )
         finally:
             theirs.close()
+        if _COMMAND_NOFILE:
+            # Before the first request: the server forks nothing until it has one.
+            resource.prlimit(self._process.pid, resource.RLIMIT_NOFILE, _COMMAND_NOFILE[0])
         ours.setblocking(True)
         self._control = ours
         return ours

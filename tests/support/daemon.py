@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tests.support.client import StdioClient, WsClient
@@ -30,6 +30,7 @@ class RunningDaemon:
         cwd: str | None = None,
         *,
         unset: Sequence[str] = (),
+        preexec: Callable[[], None] | None = None,
     ) -> None:
         self.log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
             prefix="executor-log-", suffix=".txt", delete=False
@@ -44,6 +45,7 @@ class RunningDaemon:
             stdin=subprocess.DEVNULL,
             env={k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset},
             cwd=cwd,
+            preexec_fn=preexec,  # noqa: PLW1509 - the test's own single-threaded setup
         )
         assert self.process.stdout is not None
         line = self.process.stdout.readline().decode().strip()
