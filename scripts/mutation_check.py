@@ -35,6 +35,8 @@ TESTS = (
     "tests/fs/test_denied_inodes.py",
     "tests/fs/test_resolve.py",
     "tests/fs/test_race.py",
+    "tests/netproxy",
+    "tests/test_sandbox_network.py",
 )
 
 
@@ -212,6 +214,38 @@ MUTATIONS = (
         "executor/fs/view.py",
         "            denied = self.inodes.is_denied(st)\n",
         "            denied = False\n",
+    ),
+    Mutation(
+        "network: the session's namespace not joined",
+        f"{LINUX}/launcher.py",
+        "    if namespaces.join_net is not None:\n        _join_network(",
+        "    if False:\n        _join_network(",
+    ),
+    Mutation(
+        "network: loopback guard programs not attached",
+        f"{LINUX}/loopback_guard.py",
+        "            bpf.attach(fd, program, attach_type)\n",
+        "            pass\n",
+    ),
+    Mutation(
+        "network: host Unix sockets not masked",
+        f"{LINUX}/backend.py",
+        "                    + tuple((\"mask_socket\", path) for path in masked_sockets)\n",
+        "                    + ()\n",
+    ),
+    Mutation(
+        "proxy: the host's loopback at any port",
+        "executor/netproxy/policy.py",
+        "        if self.loopback_ports is None or port in self.loopback_ports:\n",
+        "        if True:\n",
+    ),
+    Mutation(
+        "proxy: addresses not vetted after resolving",
+        "executor/netproxy/policy.py",
+        "            why = self._loopback_refusal(address, port) or self.address_refusal(\n"
+        "                address, explicit=explicit\n"
+        "            )\n",
+        "            why = None\n",
     ),
     Mutation(
         "limits: cgroups not joined",
