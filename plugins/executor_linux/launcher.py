@@ -397,10 +397,12 @@ def _mount_one(op: str, path: str, empty_file: str | None, host_readonly: set[st
 def _mask_socket(path: str, empty_file: str) -> None:
     """Cover a host Unix socket with the empty mode-000 file: ``connect`` by that path then
     finds no socket (``EACCES`` without capabilities). Sockets come and go: one removed or
-    replaced by a non-socket since planning has nothing left to reach, and is skipped."""
+    replaced by a non-socket since planning has nothing left to reach, and is skipped; so is
+    one this user cannot even look up (a directory on its path it may not search): the command,
+    the same user without capabilities over host files, could not reach it either."""
     try:
         fd = _open_exact(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError):
         return
     try:
         if not stat.S_ISSOCK(os.fstat(fd).st_mode):

@@ -8,7 +8,10 @@ where it cannot join a session's network namespace.
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +26,8 @@ from executor.protocol.intent import Access, NetworkMode
 from executor.sandbox import NetworkRoute
 from executor.sandbox.api import Command
 from executor.sandbox.rules import PathRule, RuleSet
-from tests.executor_linux.conftest import linux_sandbox_available
+from tests.executor_linux.conftest import UNPRIVILEGED_UID, as_user, linux_sandbox_available
+from tests.support.daemon import executor_command
 from tests.support.enforcement import skip_unless
 
 HEADER = "Num       RefCount Protocol Flags    Type St Inode Path\n"
@@ -203,3 +207,47 @@ def test_without_namespaces_full_mode_reports_host_sockets_reachable(
     )
     assert plan.report.details["host_unix_sockets"].startswith("reachable by path")
     assert "proxy mode needs" in refusal(backend, routed())
+
+
+@pytest.mark.enforcement
+def test_a_socket_an_unprivileged_user_cannot_look_up_does_not_stop_its_launch() -> None:
+    """A host socket in a directory only root may search: an ordinary user's sandbox cannot
+    mask it (nor reach it), and still starts."""
+    skip_unless(linux_sandbox_available() and os.geteuid() == 0, "root drives this test")
+    # Not below pytest's private temporary directory: the user must reach its workspace.
+    with tempfile.TemporaryDirectory(prefix="executor-sockets-", dir="/var/tmp") as where:
+        _launch_beside_a_root_only_socket(Path(where))
+
+
+def _launch_beside_a_root_only_socket(tmp_path: Path) -> None:
+    private = tmp_path / "root-only"
+    private.mkdir(mode=0o700)
+    home = tmp_path / "nobody"
+    home.mkdir()
+    os.chown(home, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+    os.chmod(tmp_path, 0o755)
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(private / "service.sock"))
+        listener.listen()
+        result = subprocess.run(
+            [
+                *as_user(UNPRIVILEGED_UID),
+                *executor_command(),
+                "run",
+                "--shared-loopback",
+                "--profile",
+                "workspace-network",
+                "--",
+                "/bin/sh",
+                "-c",
+                "echo started",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=home,
+            env={**os.environ, "HOME": str(home), "EXECUTOR_STATE_DIR": str(home / "state")},
+        )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "started\n"
