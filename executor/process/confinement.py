@@ -232,7 +232,15 @@ class SandboxConfinement:
         return replace(confined, release=release, evidence=attachment.evidence)
 
     def _planned(self, rules: RuleSet, command: Command, label: str) -> ConfinedCommand:
-        plan, request = plan_command(self.manager, rules, command)
+        try:
+            plan, request = plan_command(self.manager, rules, command)
+        except SandboxUnavailable as exc:
+            if rules.isolate_loopback and "loopback" in exc.reason:
+                raise SandboxUnavailable(
+                    f"{exc.reason} (an operator who accepts that sandboxes with the full "
+                    "network reach this host's loopback services passes --shared-loopback)"
+                ) from None
+            raise
         # Debug only: the audit trail's process.start line carries the same summary.
         log.debug("%s: %s", label, plan.report.summary())
         return ConfinedCommand(
