@@ -209,45 +209,67 @@ def test_without_namespaces_full_mode_reports_host_sockets_reachable(
     assert "proxy mode needs" in refusal(backend, routed())
 
 
-@pytest.mark.enforcement
-def test_a_socket_an_unprivileged_user_cannot_look_up_does_not_stop_its_launch() -> None:
-    """A host socket in a directory only root may search: an ordinary user's sandbox cannot
-    mask it (nor reach it), and still starts."""
-    skip_unless(linux_sandbox_available() and os.geteuid() == 0, "root drives this test")
-    # Not below pytest's private temporary directory: the user must reach its workspace.
-    with tempfile.TemporaryDirectory(prefix="executor-sockets-", dir="/var/tmp") as where:
-        _launch_beside_a_root_only_socket(Path(where))
-
-
-def _launch_beside_a_root_only_socket(tmp_path: Path) -> None:
-    private = tmp_path / "root-only"
-    private.mkdir(mode=0o700)
-    home = tmp_path / "nobody"
+def run_as_nobody(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``executor run ARGS`` as an ordinary user, in a workspace of its own under ``where``."""
+    home = where / "nobody"
     home.mkdir()
     os.chown(home, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
-    os.chmod(tmp_path, 0o755)
+    os.chmod(where, 0o755)
+    return subprocess.run(
+        [*as_user(UNPRIVILEGED_UID), *executor_command(), "run", "--workspace", str(home), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=home,
+        env={**os.environ, "HOME": str(home), "EXECUTOR_STATE_DIR": str(home / "state")},
+    )
+
+
+@pytest.fixture
+def where() -> Iterator[Path]:
+    """Not below pytest's private temporary directory: the user must reach its workspace."""
+    skip_unless(linux_sandbox_available() and os.geteuid() == 0, "root drives this test")
+    with tempfile.TemporaryDirectory(prefix="executor-sockets-", dir="/var/tmp") as path:
+        yield Path(path)
+
+
+@pytest.mark.enforcement
+def test_a_socket_an_unprivileged_user_cannot_look_up_does_not_stop_its_launch(
+    where: Path,
+) -> None:
+    """A host socket in a directory only root may search: an ordinary user's sandbox cannot
+    mask it (nor reach it), and still starts."""
+    private = where / "root-only"
+    private.mkdir(mode=0o700)
     with socket.socket(socket.AF_UNIX) as listener:
         listener.bind(str(private / "service.sock"))
         listener.listen()
-        result = subprocess.run(
-            [
-                *as_user(UNPRIVILEGED_UID),
-                *executor_command(),
-                "run",
-                "--shared-loopback",
-                "--profile",
-                "workspace-network",
-                "--",
-                "/bin/sh",
-                "-c",
-                "echo started",
-            ],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=home,
-            env={**os.environ, "HOME": str(home), "EXECUTOR_STATE_DIR": str(home / "state")},
-        )
+        argv = ["--", "/bin/sh", "-c", "echo started"]
+        result = run_as_nobody(where, "--shared-loopback", "--profile", "workspace-network", *argv)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "started\n"
+
+
+@pytest.mark.enforcement
+def test_an_unprivileged_user_gets_no_full_network_sharing_the_loopback_unasked(
+    where: Path,
+) -> None:
+    """Loopback isolation needs root: without it the full network is refused before anything
+    runs, naming the operator's way out; proxy mode is refused too."""
+    argv = ["--", "/bin/sh", "-c", "touch ran"]  # in its workspace, if it ran
+    full = run_as_nobody(where, "--profile", "workspace-network", *argv)
+    assert full.returncode == 125
+    assert "cannot enforce loopback-isolation" in full.stderr
+    assert "--shared-loopback" in full.stderr
+    home = where / "nobody"
+    proxied = run_as_nobody(home, "--profile", "workspace-proxy", *argv)
+    assert proxied.returncode == 125
+    assert "needs a private network namespace" in proxied.stderr
+    assert not (home / "ran").exists()
+    assert not (home / "nobody" / "ran").exists()
+    shared = run_as_nobody(
+        home / "nobody", "--shared-loopback", "--profile", "workspace-network", *argv
+    )
+    assert shared.returncode == 0, shared.stderr
+    assert (home / "nobody" / "nobody" / "ran").exists()
