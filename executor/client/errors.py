@@ -1,0 +1,68 @@
+"""The errors the client raises; every one is a ``ClientError``."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClientError",
+    "ConnectionLost",
+    "OutcomeUnknown",
+    "ProcessLost",
+    "ServerError",
+    "SessionFailed",
+]
+
+#: ``session <id> is already attached to another connection``: the old connection is
+#: still attached on the server's side; a resume retries until it is gone.
+SESSION_ATTACHED = -32010
+
+
+class ClientError(Exception):
+    """Anything the client reports."""
+
+
+class ServerError(ClientError):
+    """The server answered a request with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str, method: str = "") -> None:
+        super().__init__(f"{method}: {message} ({code})" if method else f"{message} ({code})")
+        self.code = code
+        self.message = message
+        self.method = method
+
+
+class ConnectionLost(ClientError):
+    """The connection closed under a request. Internal to one connection generation: the
+    environment turns it into a retry, an ``OutcomeUnknown`` or a ``SessionFailed``."""
+
+    def __init__(self, message: str = "connection closed", *, sent: bool = True) -> None:
+        super().__init__(message)
+        #: Whether the request had been handed to the transport (if not, it never ran).
+        self.sent = sent
+
+
+class OutcomeUnknown(ClientError):
+    """A request that changes something was in flight when the connection dropped: it may
+    or may not have taken effect, and the client does not send it again on its own."""
+
+    def __init__(self, method: str, detail: str = "") -> None:
+        extra = f" ({detail})" if detail else ""
+        super().__init__(
+            f"{method}: the connection dropped before the answer arrived; whether it took "
+            f"effect is unknown, and it was not sent again{extra}"
+        )
+        self.method = method
+
+
+class SessionFailed(ClientError):
+    """The session is gone for good: it could not be resumed before the deadline, the
+    server refused it, or the environment was closed. Every later call raises it too."""
+
+
+class ProcessLost(ClientError):
+    """One process could not be recovered after a reconnect (the output it missed is no
+    longer retained by the server, or the catch-up failed); the others go on."""
+
+    def __init__(self, process_id: str, reason: str) -> None:
+        super().__init__(f"process {process_id} was lost while recovering: {reason}")
+        self.process_id = process_id
+        self.reason = reason
