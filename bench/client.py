@@ -5,6 +5,13 @@ frames out (with an all-zero mask, which the RFC permits a server to accept and 
 masking free), text/binary/ping/close frames in. Responses are matched to requests by id;
 notifications are routed to per-process listeners. ``TCP_NODELAY`` is set so that the
 client's own Nagle delay never shows up in a latency.
+
+Output is counted from the raw frames, never decoded: a ``process/output`` notification is
+recognised by a few byte searches (its ``processId`` and the extent of its base64 ``chunk``),
+and any other message carrying a large base64 field (``deltaBase64``, ``dataBase64``) is
+parsed with that field cut out. A server that sends many small chunks (the reference: 8 KiB)
+must not cost this client more per byte than one that sends few large ones; what each
+message still costs is reported next to the daemon's CPU (``bench.harness.CpuMeter``).
 """
 
 from __future__ import annotations
@@ -37,10 +44,35 @@ except ImportError:  # pragma: no cover - the benchmark venv has orjson
         return json.dumps(value, separators=(",", ":")).encode()
 
 
-__all__ = ["BenchClient", "RpcFailure", "frame"]
+__all__ = ["BASE64", "DECODED_BYTES", "BenchClient", "RpcFailure", "decoded_length", "frame"]
 
 _ZERO_MASK = b"\x00\x00\x00\x00"
 Listener = Callable[[dict[str, Any]], None]
+
+#: Added to a message whose base64 field was cut out: the bytes that field encoded.
+DECODED_BYTES = "_decodedBytes"
+#: Added as well when ``BenchClient.keep_base64`` is set: the field's base64 text (bytes).
+BASE64 = "_base64"
+#: Base64 fields cut out of large messages (``"name":"`` as it appears on the wire).
+_BASE64_KEYS = (b'"chunk":"', b'"deltaBase64":"', b'"dataBase64":"')
+#: Both servers put these fields near the start of a message; searched only this far.
+_HEAD_BYTES = 256
+#: Smaller messages are simply parsed.
+_ELIDE_FROM = 1024
+_OUTPUT_PREFIX = b'{"method":"process/output"'
+_U16 = struct.Struct("!H").unpack_from
+_U64 = struct.Struct("!Q").unpack_from
+_PROCESS_ID = b'"processId":"'
+_CHUNK = b'"chunk":"'
+
+
+def decoded_length(text: bytes | bytearray, start: int = 0, end: int | None = None) -> int:
+    """How many bytes the (padded) base64 in ``text[start:end]`` decodes to."""
+    end = len(text) if end is None else end
+    if end <= start:
+        return 0
+    padding = (text[end - 1] == 0x3D) + (end - start > 1 and text[end - 2] == 0x3D)
+    return (end - start) // 4 * 3 - padding
 
 
 class RpcFailure(Exception):
@@ -77,6 +109,10 @@ class BenchClient(asyncio.Protocol):
         self._pending: dict[Any, asyncio.Future[dict[str, Any]]] = {}
         self._next_id = 1
         self.listeners: dict[str, Listener] = {}
+        #: ``process/output`` counted without parsing: processId (bytes) -> its watch.
+        self.sinks: dict[bytes, ProcessWatch] = {}
+        #: Keep the text of cut-out base64 fields (``BASE64``), e.g. to verify it later.
+        self.keep_base64 = False
         self.unrouted = 0
         #: Frames queued while handling inbound data; flushed in one write afterwards.
         self._outbox: list[bytes] = []
@@ -165,12 +201,12 @@ class BenchClient(asyncio.Protocol):
             if length == 126:
                 if size - offset < 4:
                     break
-                length = int.from_bytes(buffer[offset + 2 : offset + 4], "big")
+                (length,) = _U16(buffer, offset + 2)
                 head = 4
             elif length == 127:
                 if size - offset < 10:
                     break
-                length = int.from_bytes(buffer[offset + 2 : offset + 10], "big")
+                (length,) = _U64(buffer, offset + 2)
                 head = 10
             if size - offset < head + length:
                 break
@@ -182,12 +218,63 @@ class BenchClient(asyncio.Protocol):
             if run is not None and buffer.startswith(b'{"id":', start):
                 run.answered(self._outbox)
                 continue
+            if length >= _ELIDE_FROM and first & 0x0F in (0x1, 0x2):
+                if buffer.startswith(_OUTPUT_PREFIX, start) and self._count_output(
+                    buffer, start, offset
+                ):
+                    continue
+                message = self._elided(buffer, start, offset)
+                if message is not None:
+                    self._on_message(message)
+                    continue
             payload = buffer[start:offset]
             if run is not None and payload[:9] == b'{"error":':
                 run.failed(_loads(payload)["error"])
                 continue
             self._on_frame(first & 0x0F, payload)
         del buffer[:offset]
+
+    def _count_output(self, buffer: bytearray, start: int, end: int) -> bool:
+        """A watched ``process/output`` message: count its bytes in place (no parse, no copy).
+
+        Both servers end the message with the chunk (``..."chunk":"<base64>"}}``); another
+        shape takes the general path.
+        """
+        head = start + _HEAD_BYTES
+        key = buffer.find(_PROCESS_ID, start, head) + len(_PROCESS_ID)
+        chunk = buffer.find(_CHUNK, key, head) + len(_CHUNK)
+        if key < len(_PROCESS_ID) or chunk < len(_CHUNK) or not buffer.endswith(b'"}}', 0, end):
+            return False
+        end -= 3
+        if buffer.find(b'"', chunk, end) >= 0:  # the chunk is not the last field
+            return False
+        sink = self.sinks.get(bytes(buffer[key : buffer.find(b'"', key, chunk)]))
+        if sink is None:
+            return False
+        size = (end - chunk) // 4 * 3
+        if buffer[end - 1] == 0x3D:  # "=" padding
+            size -= 2 if buffer[end - 2] == 0x3D else 1
+        sink.output_bytes += size
+        return True
+
+    def _elided(self, buffer: bytearray, start: int, end: int) -> dict[str, Any] | None:
+        """A large message parsed without its base64 field (``DECODED_BYTES`` says its size)."""
+        head = min(end, start + _HEAD_BYTES)
+        for key in _BASE64_KEYS:
+            field = buffer.find(key, start, head)
+            if field >= 0:
+                break
+        else:
+            return None
+        text = field + len(key)
+        text_end = buffer.find(b'"', text, end)
+        if text_end < 0:
+            return None
+        message: dict[str, Any] = _loads(buffer[start:text] + buffer[text_end:end])
+        message[DECODED_BYTES] = decoded_length(buffer, text, text_end)
+        if self.keep_base64:
+            message[BASE64] = bytes(buffer[text:text_end])
+        return message
 
     def _on_frame(self, opcode: int, payload: bytearray) -> None:
         if opcode in (0x1, 0x2):
@@ -262,7 +349,13 @@ class BenchClient(asyncio.Protocol):
         """Listen to a process's notifications (register before starting it)."""
         watch = ProcessWatch(self._loop)
         self.listeners[process_id] = watch.on_event
+        self.sinks[process_id.encode()] = watch
         return watch
+
+    def unwatch(self, process_id: str) -> None:
+        """Stop listening to a process."""
+        self.listeners.pop(process_id, None)
+        self.sinks.pop(process_id.encode(), None)
 
     def start_params(
         self, process_id: str, argv: Iterable[str], *, cwd: str = "file:///tmp", **extra: Any
@@ -293,8 +386,8 @@ class ProcessWatch:
         method = message["method"]
         params = message["params"]
         if method == "process/output":
-            chunk = params["chunk"]
-            self.output_bytes += len(chunk) // 4 * 3 - chunk[-2:].count("=") if chunk else 0
+            size = message.get(DECODED_BYTES)
+            self.output_bytes += decoded_length(params["chunk"].encode()) if size is None else size
         elif method == "process/exited":
             self.exited_at = self._loop.time()
             self.exit_code = params["exitCode"]

@@ -4,13 +4,14 @@ A case module (``bench/cases/<name>.py``) exposes ``CASES: list[Case]``. The run
 ``await case.run(target)`` once per trial and per target (ours, then the reference, then
 ours again...), and the call returns ``{metric name: value}`` for the metrics the case
 declares. ``Target`` is everything a case may use: the URL, a connected and initialized
-client, the daemon's memory, a scratch directory. See ``bench/README.md``.
+client, the daemon's memory and CPU, a scratch directory. See ``bench/README.md``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -27,7 +28,7 @@ import psutil
 
 from bench.client import BenchClient
 
-__all__ = ["Case", "DaemonProcess", "Metric", "Target", "free_port"]
+__all__ = ["Case", "CpuMeter", "DaemonProcess", "Metric", "Target", "free_port"]
 
 MiB = 1024 * 1024
 REPO = Path(__file__).resolve().parent.parent
@@ -40,6 +41,8 @@ class Metric:
     ``target`` is the goal as a ratio ours/reference: with ``better="higher"`` ours must be
     at least ``target`` times the reference, with ``"lower"`` at most ``target`` times.
     ``absolute`` is an optional bound on our value alone (e.g. 1.1 s for 100 sleepers).
+    ``cpu``: the case also reports the CPU its timed window cost the client and the daemon
+    (``CpuMeter.metrics``), so that a number the client limited can be told apart.
     """
 
     name: str
@@ -47,6 +50,7 @@ class Metric:
     better: str = "higher"
     target: float | None = None
     absolute: float | None = None
+    cpu: bool = False
 
     def __post_init__(self) -> None:
         if self.better not in ("higher", "lower"):
@@ -231,9 +235,90 @@ class Target:
                 roles[role] = roles.get(role, 0.0) + rss
         return roles
 
+    def daemon_processes(self) -> list[psutil.Process]:
+        """The processes that are the daemon under test (every role of ``rss_mib``)."""
+        if self.daemon is None:
+            return []
+        root = psutil.Process(self.daemon.pid)
+        found = []
+        for process in (root, *root.children(recursive=True)):
+            try:
+                if _role(process, " ".join(process.cmdline())) is not None:
+                    found.append(process)
+            except psutil.Error:
+                continue
+        return found
+
+    def cpu(self, server: int | None = None) -> CpuMeter:
+        """A meter of the CPU the client and the daemon use over a ``with`` block.
+
+        ``server``: the pid of a helper the daemon talks to (the HTTP server), also metered.
+        """
+        return CpuMeter(self.daemon_processes(), psutil.Process(server) if server else None)
+
     def close(self) -> None:
         """Remove the scratch directory."""
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class CpuMeter:
+    """CPU time used over a ``with`` block by the client (this thread) and by the daemon.
+
+    The client is the thread running the event loop, which is all the client there is; the
+    daemon is the processes ``Target.daemon_processes`` found (for ours the daemon and its
+    launcher server, for the reference its native process and node wrapper), not the
+    commands it runs. Without a local daemon (``--reference-url``) only the client is known.
+    A ``server`` process the daemon talks to (the HTTP cases' server) is metered as well.
+    """
+
+    def __init__(self, processes: list[psutil.Process], server: psutil.Process | None) -> None:
+        self._processes = processes
+        self._server = [server] if server is not None else []
+        self._start = (0.0, 0.0, 0.0)
+        #: Milliseconds of CPU, set when the block ends.
+        self.client_ms = 0.0
+        self.daemon_ms: float | None = None
+        self.server_ms: float | None = None
+
+    def _now(self) -> tuple[float, float, float]:
+        return _thread_cpu(), _processes_cpu(self._processes), _processes_cpu(self._server)
+
+    def __enter__(self) -> CpuMeter:
+        self._start = self._now()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        client, daemon, server = (
+            (end - start) * 1e3 for end, start in zip(self._now(), self._start, strict=True)
+        )
+        self.client_ms = client
+        self.daemon_ms = daemon if self._processes else None
+        self.server_ms = server if self._server else None
+
+    def metrics(self, name: str) -> dict[str, float]:
+        """``{name}.cpu.client``, ``.cpu.daemon`` and ``.cpu.server`` in ms (those known)."""
+        found = {f"{name}.cpu.client": self.client_ms}
+        if self.daemon_ms is not None:
+            found[f"{name}.cpu.daemon"] = self.daemon_ms
+        if self.server_ms is not None:
+            found[f"{name}.cpu.server"] = self.server_ms
+        return found
+
+
+def _thread_cpu() -> float:
+    usage = resource.getrusage(getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF))
+    return usage.ru_utime + usage.ru_stime
+
+
+def _processes_cpu(processes: list[psutil.Process]) -> float:
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue  # rare: every role lives as long as the daemon
+        total += times.user + times.system
+    return total
 
 
 _LAUNCHERS = ("zygote.py", "executor-launcher")

@@ -115,22 +115,81 @@ def _verdict(metric: Metric, ours: float | None, ref: float | None) -> str:
 
 
 def report(selected: list[Case], results: Results, with_reference: bool) -> str:
-    """The table of medians and ratios."""
-    header = f"{'metric':24} {'unit':6} {'ours':>12} {'reference':>12} {'ours/ref':>9}  target"
+    """The table of medians and ratios, then the CPU each side's timed windows cost."""
+    header = (
+        f"{'metric':24} {'unit':6} {'ours':>12} {'reference':>12} {'ours/ref':>9} "
+        f"{'per trial':>11}  target"
+    )
     lines = [header, "-" * len(header)]
     for case in selected:
         for metric in case.metrics:
             samples = results.get(metric.name)
             if not samples:
                 continue
-            ours = statistics.median(samples["ours"]) if samples.get("ours") else None
-            ref = statistics.median(samples["reference"]) if samples.get("reference") else None
+            ours = _median(samples.get("ours"))
+            ref = _median(samples.get("reference"))
             ratio = f"{ours / ref:9.2f}" if ours is not None and ref else " " * 9
             lines.append(
                 f"{metric.name:24} {metric.unit:6} {_fmt(ours):>12} "
-                f"{_fmt(ref) if with_reference else '':>12} {ratio}  {_verdict(metric, ours, ref)}"
+                f"{_fmt(ref) if with_reference else '':>12} {ratio} "
+                f"{_ratio_range(samples):>11}  {_verdict(metric, ours, ref)}"
             )
-    return "\n".join(lines)
+    cpu = cpu_report(selected, results)
+    return "\n".join([*lines, "", *cpu] if cpu else lines)
+
+
+def cpu_report(selected: list[Case], results: Results) -> list[str]:
+    """CPU (ms, medians) of client, daemon and server per side; client-bound cases flagged.
+
+    A side whose client used more CPU than the daemon under test measured the client at
+    least as much as the daemon: its number, and any ratio with it, is not trustworthy.
+    """
+    sides = [side for side in ("ours", "reference") if _has_cpu(selected, results, side)]
+    if not sides:
+        return []
+    columns = "".join(f" {side + ' daemon':>16} {'client':>8} {'server':>8}" for side in sides)
+    header = f"{'CPU in the timed window (ms)':30}{columns}  verdict"
+    lines = [header, "-" * len(header)]
+    for case in selected:
+        for metric in case.metrics:
+            if not metric.cpu or metric.name not in results:
+                continue
+            cells, flags = "", []
+            for side in sides:
+                daemon, client, server = (
+                    _median(results.get(f"{metric.name}.cpu.{role}", {}).get(side))
+                    for role in ("daemon", "client", "server")
+                )
+                cells += f" {_fmt(daemon):>16} {_fmt(client):>8} {_fmt(server):>8}"
+                if daemon is not None and client is not None and client > daemon:
+                    flags.append(f"client-bound on {side}")
+                if daemon is not None and server is not None and server > daemon:
+                    flags.append(f"server-bound on {side}")
+            verdict = "; ".join(flags) + ": ratio not trustworthy" if flags else "ok"
+            lines.append(f"{metric.name:30}{cells}  {verdict}")
+    return lines
+
+
+def _has_cpu(selected: list[Case], results: Results, side: str) -> bool:
+    return any(
+        results.get(f"{metric.name}.cpu.client", {}).get(side)
+        for case in selected
+        for metric in case.metrics
+        if metric.cpu
+    )
+
+
+def _median(samples: list[float] | None) -> float | None:
+    return statistics.median(samples) if samples else None
+
+
+def _ratio_range(samples: dict[str, list[float]]) -> str:
+    """Lowest and highest ours/reference of one trial (both sides ran in every trial)."""
+    ours, ref = samples.get("ours", []), samples.get("reference", [])
+    if len(ours) < 2 or len(ours) != len(ref) or not all(ref):
+        return ""
+    ratios = [o / r for o, r in zip(ours, ref, strict=True)]
+    return f"{min(ratios):.2f}-{max(ratios):.2f}"
 
 
 def _fmt(value: float | None) -> str:

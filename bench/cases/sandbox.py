@@ -65,7 +65,7 @@ async def _sandboxed_true(client: BenchClient, workspace: str) -> float:
     await client.request("process/start", params)
     await asyncio.wait_for(watch.closed, 30)
     elapsed = time.perf_counter() - started
-    del client.listeners[process_id]
+    client.unwatch(process_id)
     return elapsed
 
 

@@ -24,7 +24,7 @@ async def _true_once(client: BenchClient) -> float:
     await client.request("process/start", client.start_params(process_id, ["/bin/true"]))
     await asyncio.wait_for(watch.closed, 30)
     elapsed = time.perf_counter() - started
-    del client.listeners[process_id]
+    client.unwatch(process_id)
     return elapsed
 
 
@@ -59,21 +59,22 @@ async def burst(target: Target) -> dict[str, float]:
     try:
         await _true_once(client)
         watches = []
-        started = time.perf_counter()
         futures = []
-        for _ in range(BURST):
-            process_id = f"s{next(_ids)}"
-            watches.append(client.watch(process_id))
-            params = client.start_params(process_id, ["/bin/sh", "-c", "sleep 1; echo x"])
-            futures.append(client.submit("process/start", params))
-        for response in await asyncio.gather(*futures):
-            assert "result" in response, response
-        await asyncio.wait_for(asyncio.gather(*(w.closed for w in watches)), 60)
-        elapsed = time.perf_counter() - started
+        with target.cpu() as cpu:
+            started = time.perf_counter()
+            for _ in range(BURST):
+                process_id = f"s{next(_ids)}"
+                watches.append(client.watch(process_id))
+                params = client.start_params(process_id, ["/bin/sh", "-c", "sleep 1; echo x"])
+                futures.append(client.submit("process/start", params))
+            for response in await asyncio.gather(*futures):
+                assert "result" in response, response
+            await asyncio.wait_for(asyncio.gather(*(w.closed for w in watches)), 60)
+            elapsed = time.perf_counter() - started
         assert all(w.output_bytes == 2 for w in watches)
     finally:
         client.close()
-    result = {"spawn.burst100": elapsed}
+    result = {"spawn.burst100": elapsed, **cpu.metrics("spawn.burst100")}
     if target.daemon is not None:
         await settle(0.3)
         result["spawn.burst100.rss"] = target.rss_mib().get("daemon", 0.0)
@@ -97,7 +98,7 @@ CASES = [
         name="spawn.burst100",
         description="100 x `sleep 1; echo x` started at once, until all closed; daemon RSS after",
         metrics=(
-            Metric(name="spawn.burst100", unit="s", better="lower", absolute=1.1),
+            Metric(name="spawn.burst100", unit="s", better="lower", absolute=1.1, cpu=True),
             Metric(name="spawn.burst100.rss", unit="MiB", better="lower", target=1.0),
         ),
         run=burst,
