@@ -51,6 +51,9 @@ class OutcomeUnknown(ClientError):
             f"effect is unknown, and it was not sent again{extra}"
         )
         self.method = method
+        #: For ``process/write``: its ``writeId``; resending with it is safe (the server
+        #: accepts an id once).
+        self.write_id: str | None = None
 
 
 class SessionFailed(ClientError):

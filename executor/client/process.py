@@ -1,34 +1,27 @@
-"""Process handles: output published strictly in seq order, exit and close, catch-up."""
+"""Process handles: output in order and exactly once, the exit, stdin, signals."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING
 
-__all__ = ["ExitResult", "OutputChunk", "Process", "RunResult"]
+from executor.client.errors import ClientError, OutcomeUnknown
+from executor.client.events import ExitResult, OutputChunk, ProcessEvents
+from executor.protocol import methods
 
-Stream = Literal["stdout", "stderr", "pty"]
+if TYPE_CHECKING:
+    from executor.client.recovery import Link
 
-
-@dataclass(frozen=True, slots=True)
-class OutputChunk:
-    """One piece of a process's output, as the server numbered it."""
-
-    seq: int
-    stream: Stream
-    data: bytes
+__all__ = ["ExitResult", "OutputChunk", "Process", "RunResult", "StdinClosed"]
 
 
-@dataclass(frozen=True, slots=True)
-class ExitResult:
-    """How a process ended."""
-
-    exit_code: int
-    #: The executor classified a failed exit as a sandbox denial.
-    sandbox_denied: bool = False
-    #: The executor's own failure text, when it reported one (``process/read``'s ``failure``).
-    failure: str | None = None
+class StdinClosed(ClientError):
+    """The process has no writable stdin (started without ``stdin=True`` and no tty), or
+    it is gone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,30 +35,112 @@ class RunResult:
 
 
 class Process:
-    """A process started by ``Environment.start``."""
+    """A process started by ``Environment.start``.
 
-    id: str
-    sandbox_type: str
-    tty: bool
+    Its events survive a dropped connection: the client resumes the session and fetches
+    what it missed, so ``output()`` yields every chunk exactly once and in order, and
+    ``wait()`` returns the exit, unless the server no longer retains the missed output
+    (``ProcessLost``) or the session cannot be resumed (``SessionFailed``).
+    """
 
-    def output(self) -> AsyncIterator[OutputChunk]:
-        """Every output chunk exactly once, in order, until the process closed."""
-        raise NotImplementedError
+    def __init__(
+        self, link: Link, events: ProcessEvents, *, sandbox_type: str, tty: bool, stdin: bool
+    ) -> None:
+        self._link = link
+        self._events = events
+        #: The sandbox the executor put the process in (``none``, ``linuxSeccomp``, ...).
+        self.sandbox_type = sandbox_type
+        self.tty = tty
+        #: Whether the process has a writable stdin (a pipe asked for, or its terminal).
+        self.stdin = stdin or tty
+
+    @property
+    def id(self) -> str:
+        """The process id in the session (chosen by the client, not an OS pid)."""
+        return self._events.process_id
+
+    @property
+    def exit(self) -> ExitResult | None:
+        """The exit, once it is known."""
+        return self._events.exit
+
+    @property
+    def closed(self) -> bool:
+        """Every output chunk has been received (they may still be unread)."""
+        return self._events.closed
+
+    async def output(self) -> AsyncIterator[OutputChunk]:
+        """Every output chunk, in order, exactly once, until the process has closed (exited
+        and every stream ended). Meant for one consumer: chunks are handed out once.
+
+        Raises ``ProcessLost`` or ``SessionFailed`` after the last chunk that could be
+        delivered when the process can no longer be followed.
+        """
+        while (chunk := await self._events.next_chunk()) is not None:
+            yield chunk
 
     async def wait(self) -> ExitResult:
-        """Wait for the process to exit."""
-        raise NotImplementedError
+        """Wait for the process to exit (output may still follow, from descendants that
+        keep its streams open; ``output()`` ends at the close)."""
+        return await self._events.wait_exit()
 
     async def write(
         self, data: bytes, *, write_id: str | None = None, replay: bool = False
     ) -> None:
-        """Write to the process's stdin (or terminal)."""
-        raise NotImplementedError
+        """Write ``data`` to the process's stdin (or its terminal).
+
+        A write in flight when the connection drops raises ``OutcomeUnknown`` carrying its
+        ``write_id``. Sending it again with the same ``write_id`` is safe: the server
+        accepts a ``writeId`` once. ``replay=True`` makes the client do that itself after
+        reconnecting.
+        """
+        write_id = write_id or uuid.uuid4().hex
+        params = {
+            "processId": self.id,
+            "chunk": base64.b64encode(data).decode(),
+            "writeId": write_id,
+        }
+        for attempt in range(50):
+            try:
+                result = await self._link.call(methods.PROCESS_WRITE, params, idempotent=replay)
+            except OutcomeUnknown as exc:
+                exc.write_id = write_id
+                raise
+            status = (result or {}).get("status")
+            if status == "accepted":
+                return
+            if status == "starting" and attempt < 49:
+                await asyncio.sleep(0.02)
+                continue
+            if status == "stdinClosed":
+                raise StdinClosed(f"process {self.id} has no writable stdin")
+            raise StdinClosed(f"process {self.id}: write refused ({status})")
 
     async def signal(self, signal: str = "interrupt") -> None:
-        """Send a signal (the protocol knows ``interrupt``)."""
-        raise NotImplementedError
+        """Send a signal: ``interrupt`` (SIGINT to its process group, or ^C to its
+        terminal) is the one the protocol has."""
+        await self._link.call(
+            methods.PROCESS_SIGNAL, {"processId": self.id, "signal": signal}, idempotent=False
+        )
 
     async def terminate(self) -> bool:
-        """Kill the process tree; ``True`` if it was still running."""
-        raise NotImplementedError
+        """Kill the process and everything it started (SIGKILL); ``True`` if it was still
+        running. Killing twice is harmless, so a terminate cut off by a dropped connection
+        is sent again after reconnecting."""
+        result = await self._link.call(
+            methods.PROCESS_TERMINATE, {"processId": self.id}, idempotent=True
+        )
+        return bool((result or {}).get("running", False))
+
+    async def collect(self) -> RunResult:
+        """Read all output to the close and return it with the exit (``pty`` output counts
+        as stdout)."""
+        stdout, stderr = bytearray(), bytearray()
+        async for chunk in self.output():
+            (stderr if chunk.stream == "stderr" else stdout).extend(chunk.data)
+        result = await self.wait()
+        return RunResult(result.exit_code, result.sandbox_denied, bytes(stdout), bytes(stderr))
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else ("exited" if self.exit else "running")
+        return f"<Process {self.id} {state}>"

@@ -1,0 +1,54 @@
+"""Paths and sandbox intent as the wire wants them, built on the caller's side."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from executor.client.errors import ClientError
+from executor.errors import ConfigError, RequestError
+from executor.protocol.paths import parse_path_uri, to_uri
+
+__all__ = ["native_path", "path_uri", "sandbox_context"]
+
+
+def path_uri(path: str) -> str:
+    """A path on the executor's host as a ``file:`` URI (a URI is kept as it is)."""
+    if path[:5].lower() == "file:":
+        return path
+    if not path.startswith("/"):
+        raise ClientError(f"{path!r}: paths on the executor must be absolute")
+    return to_uri(path)
+
+
+def native_path(path: str) -> str:
+    """A path or ``file:`` URI as a native absolute path."""
+    if path[:5].lower() != "file:":
+        return path
+    try:
+        return parse_path_uri(path)
+    except RequestError as exc:
+        raise ClientError(f"{path!r}: {exc}") from exc
+
+
+def sandbox_context(
+    sandbox: str | Mapping[str, Any],
+    *,
+    workspace_roots: Sequence[str] = (),
+    cwd: str | None = None,
+) -> dict[str, Any]:
+    """The wire ``sandbox`` object: a dict as it is; a profile name (or ``.toml`` file)
+    compiled here, from the same profiles ``executor run`` uses, for ``workspace_roots``
+    and the policy ``cwd`` (default: the first workspace root)."""
+    if not isinstance(sandbox, str):
+        return dict(sandbox)
+    from executor.sandbox.profiles import load_profile
+
+    try:
+        profile = load_profile(sandbox)
+    except ConfigError as exc:
+        raise ClientError(f"profile {sandbox}: {exc}") from exc
+    roots = tuple(native_path(root) for root in workspace_roots)
+    return profile.wire_context(
+        workspace_roots=roots, cwd=native_path(cwd) if cwd is not None else None
+    )

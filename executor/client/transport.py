@@ -1,0 +1,229 @@
+"""Transports: one JSON-RPC object per WebSocket message, or per line on a child's pipes.
+
+A ``Connector`` opens a fresh ``Transport`` each time the client (re)connects. Only a
+WebSocket connector is ``resumable``: a stdio server is a process of its own, and a new one
+has a new session registry, so the session cannot outlive its pipes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shlex
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from executor.client.errors import ClientError, ConnectionLost
+
+__all__ = [
+    "Connector",
+    "StdioConnector",
+    "Transport",
+    "WebSocketConnector",
+    "connector_for",
+    "is_permanent_connect_error",
+]
+
+#: Longest line read from a stdio server (its replies are not limited by the protocol; an
+#: ``fs/readFile`` of a large file is one line).
+MAX_STDIO_LINE = 1 << 30
+
+
+class Transport(Protocol):
+    """One connection: whole messages in and out."""
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """Send one message; raises ``ConnectionLost`` (``sent=False``) once closed."""
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The next message, or ``None`` once the connection has ended."""
+
+    async def close(self) -> None:
+        """Close the connection and release everything it holds; idempotent."""
+
+
+class Connector(Protocol):
+    """Opens connections to one server."""
+
+    #: Whether a new connection can resume a session of an earlier one.
+    resumable: bool
+
+    async def open(self) -> Transport:
+        """A new connection; raises ``OSError``/``ClientError`` when it cannot be opened."""
+
+
+def _decode(raw: str | bytes) -> dict[str, Any]:
+    message = json.loads(raw)
+    if not isinstance(message, dict):
+        raise ClientError(f"the server sent a message that is not an object: {raw[:200]!r}")
+    return message
+
+
+class WebSocketTransport:
+    """A ``Transport`` over an open ``websockets`` client connection."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self._ws = ws
+
+    async def send(self, message: dict[str, Any]) -> None:
+        try:
+            await self._ws.send(json.dumps(message, separators=(",", ":")))
+        except ConnectionClosed as exc:
+            raise ConnectionLost(f"connection closed: {exc}", sent=False) from exc
+
+    async def receive(self) -> dict[str, Any] | None:
+        try:
+            raw = await self._ws.recv()
+        except ConnectionClosed:
+            return None
+        return _decode(raw)
+
+    async def close(self) -> None:
+        await self._ws.close()
+        # A peer that never answers the close handshake is cut by close_timeout; wait for
+        # the socket to be gone so no descriptor outlives close().
+        await self._ws.wait_closed()
+
+
+class WebSocketConnector:
+    """``ws://`` or ``wss://`` URLs, with an optional bearer token."""
+
+    resumable = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        open_timeout: float = 10.0,
+        ping_interval: float | None = 10.0,
+        ping_timeout: float | None = 10.0,
+        close_timeout: float = 2.0,
+    ) -> None:
+        self.url = url
+        self._headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        self._open_timeout = open_timeout
+        self._ping_interval = ping_interval
+        self._ping_timeout = ping_timeout
+        self._close_timeout = close_timeout
+
+    async def open(self) -> Transport:
+        ws = await ws_connect(
+            self.url,
+            additional_headers=self._headers,
+            # The server refuses any upgrade carrying an Origin (a browser guard); none is
+            # sent. Replies are not size-limited by the protocol (fs/readFile of a big file).
+            max_size=None,
+            compression=None,
+            # Straight to the executor, as the URL says: not through an environment proxy.
+            proxy=None,
+            open_timeout=self._open_timeout,
+            ping_interval=self._ping_interval,
+            ping_timeout=self._ping_timeout,
+            close_timeout=self._close_timeout,
+            user_agent_header="executor-client",
+        )
+        return WebSocketTransport(ws)
+
+
+class StdioTransport:
+    """A ``Transport`` over a child process speaking newline-delimited JSON."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._process = process
+        self._closed = False
+
+    async def send(self, message: dict[str, Any]) -> None:
+        stdin = self._process.stdin
+        if self._closed or stdin is None or stdin.is_closing():
+            raise ConnectionLost("the stdio server's stdin is closed", sent=False)
+        stdin.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        try:
+            await stdin.drain()
+        except (ConnectionError, BrokenPipeError) as exc:
+            raise ConnectionLost(f"the stdio server went away: {exc}") from exc
+
+    async def receive(self) -> dict[str, Any] | None:
+        stdout = self._process.stdout
+        assert stdout is not None
+        while True:
+            try:
+                line = await stdout.readuntil(b"\n")
+            except asyncio.IncompleteReadError:
+                return None
+            except (asyncio.LimitOverrunError, ValueError) as exc:
+                raise ClientError(f"the stdio server sent an overlong line: {exc}") from exc
+            if line.strip():
+                return _decode(line)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        process = self._process
+        if process.stdin is not None:
+            # EOF on its stdin ends a stdio server, and every process it started.
+            process.stdin.close()
+            with contextlib.suppress(ConnectionError, BrokenPipeError):
+                await process.stdin.wait_closed()
+        try:
+            await asyncio.wait_for(process.wait(), timeout=5.0)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+
+
+class StdioConnector:
+    """``stdio:CMD ARG...``: run CMD; its stdin and stdout carry the protocol."""
+
+    resumable = False
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        if not argv:
+            raise ClientError("stdio: needs a command, e.g. stdio:executor serve --listen stdio")
+        self.argv = list(argv)
+
+    async def open(self) -> Transport:
+        process = await asyncio.create_subprocess_exec(
+            *self.argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            # stderr stays ours: the server's logs, and ssh's prompts, reach the user.
+            limit=MAX_STDIO_LINE,
+        )
+        return StdioTransport(process)
+
+
+def connector_for(
+    url: str | Sequence[str],
+    *,
+    token: str | None = None,
+    open_timeout: float = 10.0,
+) -> Connector:
+    """The connector for ``url``: ``ws://``/``wss://`` URLs, ``stdio:CMD ARG...`` (split as a
+    shell would, without running a shell), or an argv list for stdio."""
+    if not isinstance(url, str):
+        return StdioConnector(list(url))
+    if url.startswith(("ws://", "wss://")):
+        return WebSocketConnector(url, token=token, open_timeout=open_timeout)
+    if url.startswith("stdio:"):
+        if token is not None:
+            raise ClientError("a token is for WebSocket connections; stdio has none")
+        return StdioConnector(shlex.split(url.removeprefix("stdio:").removeprefix("//")))
+    raise ClientError(f"unsupported executor URL {url!r}: expected ws://HOST:PORT or stdio:CMD")
+
+
+def is_permanent_connect_error(exc: BaseException) -> bool:
+    """An error opening a connection that retrying will not fix: the server refused the
+    upgrade for a client reason (401 bad token, 403, 404). Refused connections, timeouts
+    and 5xx answers (a restarting proxy) are worth retrying."""
+    if isinstance(exc, InvalidStatus):
+        status = exc.response.status_code
+        return 400 <= status < 500 and status not in (408, 429)
+    return False
