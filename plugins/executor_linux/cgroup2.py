@@ -8,14 +8,14 @@ An existing ``cgroup2`` mount the daemon sees is used; without one the hierarchy
 from __future__ import annotations
 
 import ctypes
-import errno
 import logging
 import os
 import re
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
+
+from executor_linux.cgroups import remove, sweep
 
 __all__ = [
     "BASE_NAME",
@@ -33,9 +33,6 @@ log = logging.getLogger("executor.sandbox.linux")
 
 #: The parent, below the daemon's cgroup-v2 cgroup, of the cgroups the guard creates.
 BASE_NAME: Final = "executor-net"
-_COMMAND_NAME: Final = re.compile(r"^(\d+)-[0-9a-f]+$")
-_STALE_AFTER: Final = 60.0
-_KILL_WAIT: Final = 1.0
 # The new mount API (same numbers on every architecture).
 _FSOPEN, _FSCONFIG, _FSMOUNT = 430, 431, 432
 _FSCONFIG_SET_FLAG, _FSCONFIG_CMD_CREATE = 0, 6
@@ -152,52 +149,3 @@ def find_hierarchy(*, private: bool = False) -> Hierarchy:
     own = own_cgroup(read("/proc/self/cgroup")) or "/"
     path = os.path.join(f"/proc/{os.getpid()}/fd/{fd}", own.lstrip("/")).rstrip("/")
     return Hierarchy(path, fd)
-
-
-def remove(directory: str, wait: float = _KILL_WAIT) -> bool:
-    """Kill what is left in ``directory`` and remove it; False if it is still there."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            os.rmdir(directory)
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError as exc:
-            if exc.errno != errno.EBUSY:
-                log.warning("cannot remove cgroup %s: %s", directory, exc.strerror)
-                return False
-        try:
-            with open(os.path.join(directory, "cgroup.kill"), "w", encoding="ascii") as handle:
-                handle.write("1")
-        except OSError:
-            pass
-        if time.monotonic() >= deadline:
-            log.info("cgroup %s still has processes; removed later", directory)
-            return False
-        time.sleep(0.01)
-
-
-def sweep(base: str) -> None:
-    """Remove empty guard cgroups that daemons which are gone left behind."""
-    try:
-        entries = list(os.scandir(base))
-    except OSError:
-        return
-    now = time.time()
-    for entry in entries:
-        match = _COMMAND_NAME.match(entry.name)
-        if match is None or int(match.group(1)) == os.getpid():
-            continue
-        try:
-            os.kill(int(match.group(1)), 0)
-            continue
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        try:
-            if now - entry.stat().st_mtime > _STALE_AFTER:
-                os.rmdir(entry.path)  # fails while processes remain: they stay guarded
-        except OSError:
-            continue

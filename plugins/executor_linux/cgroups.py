@@ -47,6 +47,8 @@ __all__ = [
     "cgroup_support",
     "command_cgroups",
     "discover",
+    "remove",
+    "sweep",
 ]
 
 log = logging.getLogger("executor.sandbox.linux")
@@ -316,18 +318,18 @@ class CommandCgroups:
                 _delegate(hierarchy, sorted(c for c, h in offered if h == hierarchy))
             else:
                 os.makedirs(hierarchy.base, 0o755, exist_ok=True)
-            _sweep(hierarchy.base)
+            sweep(hierarchy.base)
             self._ready[hierarchy.base] = True
 
     def remove(self, directories: Iterable[str]) -> None:
         """Kill every process left in ``directories`` and remove them."""
         for directory in directories:
-            if not _remove(directory):
+            if not remove(directory):
                 with self._lock:
                     self._pending.append(directory)
 
     def _retry_pending(self) -> None:
-        self._pending = [d for d in self._pending if not _remove(d, wait=0.0)]
+        self._pending = [d for d in self._pending if not remove(d, wait=0.0)]
 
 
 def _apply(controller: str, version: int, directory: str, limits: ResourceLimits) -> None:
@@ -403,8 +405,9 @@ def _descendants_and_self() -> set[int]:
     return ours
 
 
-def _sweep(base: str) -> None:
-    """Remove empty command cgroups that daemons which are gone left behind."""
+def sweep(base: str) -> None:
+    """Remove empty cgroups (named ``<pid>-<random>``) that daemons which are gone left
+    behind; one with processes left fails to go, and they stay in it."""
     try:
         entries = list(os.scandir(base))
     except OSError:
@@ -428,7 +431,7 @@ def _sweep(base: str) -> None:
             continue
 
 
-def _remove(directory: str, wait: float = _KILL_WAIT) -> bool:
+def remove(directory: str, wait: float = _KILL_WAIT) -> bool:
     """Kill what is left in ``directory`` and remove it; False if it is still there."""
     deadline = time.monotonic() + wait
     while True:

@@ -245,12 +245,13 @@ def test_the_probe_says_yes_as_root_and_why_not_unprivileged() -> None:
     skip_unless(os.getuid() == 0, "the test runs as root")
     assert loopback_guard_support() == (True, "")
     script = (
-        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "import sys; sys.path[:0] = sys.argv[1:];"
         "from executor_linux.loopback_guard import loopback_guard_support as s; print(s())"
     )
     plugins = str(Path(__file__).parents[2] / "plugins")
+    root = str(Path(__file__).parents[2])  # the guard's modules import the plugin API
     done = subprocess.run(
-        [*as_user(UNPRIVILEGED_UID), sys.executable, "-I", "-S", "-c", script, plugins],
+        [*as_user(UNPRIVILEGED_UID), sys.executable, "-I", "-c", script, plugins, root],
         capture_output=True,
         text=True,
         timeout=30,
