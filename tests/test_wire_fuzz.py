@@ -152,6 +152,7 @@ class Generator:
             },
             methods.PROCESS_SIGNAL: {"processId": pid, "signal": "interrupt"},
             methods.PROCESS_TERMINATE: {"processId": pid},
+            methods.PROCESS_RESIZE_PTY: {"processId": pid, "size": {"rows": 30, "cols": 90}},
             methods.PROCESS_OUTPUT: {"processId": pid, "seq": 1, "stream": "stdout", "chunk": ""},
             methods.PROCESS_EXITED: {"processId": pid, "seq": 2, "exitCode": 0},
             methods.PROCESS_CLOSED: {"processId": pid},

@@ -11,6 +11,7 @@ been sent, so a client never hears of a process before it knows it started.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import signal
@@ -33,6 +34,7 @@ from executor.protocol.messages import (
     WriteStatus,
 )
 from executor.sandbox.denial import classify
+from executor.spawn.child import set_window_size
 from executor.spawn.spawner import Launch
 
 if TYPE_CHECKING:
@@ -335,11 +337,18 @@ class ManagedProcess:
 
     # --- stdin ------------------------------------------------------------------------------
 
-    def write(self, data: bytes, write_id: str) -> WriteStatus:
-        """Queue ``data`` for the child's stdin (pipe or terminal), once per ``write_id``."""
+    def write(self, data: bytes, write_id: str, *, close: bool = False) -> WriteStatus:
+        """Queue ``data`` for the child's stdin (pipe or terminal), once per ``write_id``;
+        ``close``: then close the pipe (the command reads EOF once it has read ``data``)."""
         if self.starting:
             return WriteStatus.STARTING
-        return self.stdin.write(data, write_id, exited=self._exit_status is not None)
+        return self.stdin.write(data, write_id, exited=self._exit_status is not None, close=close)
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Resize the terminal (through its master, which is also stdin) if it is still open."""
+        if self.stdin.fd is not None:
+            with contextlib.suppress(OSError):
+                set_window_size(self.stdin.fd, rows, cols)
 
     def _close_stdin(self) -> None:
         # A terminal's master is stdin and output at once: it closes with its reader.

@@ -32,6 +32,11 @@ def _write(ctx: RequestContext, params: m.WriteParams) -> Any:
     return {"status": _processes(ctx).write(params).value}
 
 
+def _resize_pty(ctx: RequestContext, params: m.ResizePtyParams) -> Any:
+    _processes(ctx).resize_pty(params)
+    return {}
+
+
 def _signal(ctx: RequestContext, params: m.SignalParams) -> Any:
     _processes(ctx).signal(params)
     return {}
@@ -49,4 +54,5 @@ def process_routes() -> list[Route]:
         route(methods.PROCESS_WRITE, m.WriteParams, _write),
         route(methods.PROCESS_SIGNAL, m.SignalParams, _signal),
         route(methods.PROCESS_TERMINATE, m.TerminateParams, _terminate),
+        route(methods.PROCESS_RESIZE_PTY, m.ResizePtyParams, _resize_pty),
     ]

@@ -24,6 +24,8 @@ class Stdin:
         self.fd: int | None = None
         self._pending = bytearray()
         self._broken = False
+        #: Close once what is buffered is written (``process/write`` ``closeStdin``).
+        self._closing = False
         self._write_ids = AcceptedWriteIds()
 
     def attach(self, fd: int | None) -> None:
@@ -32,19 +34,23 @@ class Stdin:
         if fd is not None:
             os.set_blocking(fd, False)
 
-    def write(self, data: bytes, write_id: str, *, exited: bool) -> WriteStatus:
-        """Queue ``data``, once per ``write_id``.
+    def write(
+        self, data: bytes, write_id: str, *, exited: bool, close: bool = False
+    ) -> WriteStatus:
+        """Queue ``data``, once per ``write_id``; ``close``: then close the pipe, once
+        everything queued is written.
 
         A repeated id (a client retrying after a reconnect) is ``accepted`` again, even once
         stdin has closed since, and writes nothing: it was accepted the first time.
         """
         if write_id in self._write_ids:
             return WriteStatus.ACCEPTED
-        if self.fd is None or self._broken or exited:
+        if self.fd is None or self._broken or self._closing or exited:
             return WriteStatus.STDIN_CLOSED
         self._write_ids.remember(write_id)
         was_empty = not self._pending
         self._pending += data
+        self._closing = close
         if was_empty:
             self._flush()
         return WriteStatus.ACCEPTED
@@ -65,6 +71,8 @@ class Stdin:
                 break
             del self._pending[:written]
         self._loop.remove_writer(fd)
+        if self._closing:
+            self.close()
 
     def close(self, *, still_reading: bool = False) -> None:
         """No more writes; drop what is buffered.

@@ -15,13 +15,14 @@ PTY_ROWS, PTY_COLUMNS = 24, 80
 
 
 def open_streams(
-    tty: bool, pipe_stdin: bool
+    tty: bool, pipe_stdin: bool, size: tuple[int, int] | None = None
 ) -> tuple[tuple[int, int, int], dict[int, Stream], int | None]:
-    """Child ends (stdin, stdout, stderr), parent readers, and the parent's stdin end."""
+    """Child ends (stdin, stdout, stderr), parent readers, and the parent's stdin end.
+    ``size``: the terminal's (rows, columns); the reference's 24 x 80 by default."""
     if tty:
         master, slave = pty.openpty()
         os.set_inheritable(master, False)
-        set_window_size(slave, PTY_ROWS, PTY_COLUMNS)
+        set_window_size(slave, *(size or (PTY_ROWS, PTY_COLUMNS)))
         return (slave, slave, slave), {master: Stream.PTY}, master
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()

@@ -18,6 +18,7 @@ from executor.process.streams import close_all, open_streams
 from executor.protocol.messages import (
     ReadParams,
     ReadResult,
+    ResizePtyParams,
     SignalParams,
     StartParams,
     StartResult,
@@ -125,6 +126,8 @@ class ProcessTable:
     async def _start(self, params: StartParams) -> tuple[StartResult, ManagedProcess]:
         if params.process_id in self._processes:
             raise InvalidRequest(f"process {params.process_id} already exists")
+        if params.size is not None and not params.tty:
+            raise InvalidParams("size requires tty: true")
         command = self._command(params)
         # Limits before confinement: a sandbox plan may hold resources (``release``) that a
         # refusal after it would leak.
@@ -142,7 +145,7 @@ class ProcessTable:
         self._processes[params.process_id] = process
         self._live += 1
         try:
-            await self._launch(process, confined, pipe_stdin=params.pipe_stdin)
+            await self._launch(process, confined, params)
         except BaseException:
             self._drop(process)
             if confined.release is not None:
@@ -153,9 +156,10 @@ class ProcessTable:
         ), process
 
     async def _launch(
-        self, process: ManagedProcess, confined: ConfinedCommand, *, pipe_stdin: bool
+        self, process: ManagedProcess, confined: ConfinedCommand, params: StartParams
     ) -> None:
-        child_fds, readers, stdin = open_streams(confined.request.tty, pipe_stdin)
+        size = None if params.size is None else (params.size.rows, params.size.cols)
+        child_fds, readers, stdin = open_streams(confined.request.tty, params.pipe_stdin, size)
         try:
             launch = self.spawner.launch(confined.request, child_fds)
         except BaseException:
@@ -195,7 +199,18 @@ class ProcessTable:
         process = self._processes.get(params.process_id)
         if process is None:
             return WriteStatus.UNKNOWN_PROCESS
-        return process.write(params.chunk, params.write_id)
+        if params.close_stdin and process.tty:
+            # Closing a terminal's master would hang it up; its input ends with ^D.
+            raise InvalidParams("closeStdin needs a stdin pipe; a terminal's input ends with ^D")
+        return process.write(params.chunk, params.write_id, close=params.close_stdin)
+
+    def resize_pty(self, params: ResizePtyParams) -> None:
+        """``process/resizePty`` (ours): the terminal's new size; its foreground process
+        group gets SIGWINCH. Nothing happens once the terminal is gone."""
+        process = self._lookup(params.process_id)
+        if not process.tty:
+            raise InvalidRequest(f"process {params.process_id} has no terminal")
+        process.resize(params.size.rows, params.size.cols)
 
     def signal(self, params: SignalParams) -> None:
         """``process/signal``: unknown ids are ignored, as the reference does."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from executor.protocol import b64codec, methods
-from executor.protocol.decode import U64, Base64Bytes, DecodeError, Usize
+from executor.protocol.decode import U16, U64, Base64Bytes, DecodeError, Usize
 from executor.protocol.intent import ManagedNetwork, WireSandbox
 from executor.protocol.jsonrpc import base64_value
 from executor.protocol.network_proxy import NetworkProxyLaunch
@@ -32,6 +32,7 @@ __all__ = [
     "ProcessOutput",
     "ReadParams",
     "ReadResult",
+    "ResizePtyParams",
     "SandboxType",
     "ShellInfo",
     "SignalName",
@@ -39,6 +40,7 @@ __all__ = [
     "StartParams",
     "StartResult",
     "Stream",
+    "TerminalSize",
     "TerminateParams",
     "WriteParams",
     "WriteStatus",
@@ -213,6 +215,19 @@ class ProcessMetadata:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TerminalSize:
+    """A terminal's size in character cells (ours, as Codex's app-server spells it:
+    ``process/start`` ``size`` and ``process/resizePty``; the reference has neither)."""
+
+    rows: U16
+    cols: U16
+
+    def __post_init__(self) -> None:
+        if not self.rows or not self.cols:
+            raise DecodeError("rows and cols must be at least 1", "size")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StartParams:
     """``process/start`` params."""
 
@@ -230,6 +245,8 @@ class StartParams:
     network_proxy: NetworkProxyLaunch | None = None
     shell_snapshot: Any = None
     metadata: ProcessMetadata | None = None
+    #: Ours: the terminal's size for ``tty: true`` (the reference: always 24 x 80).
+    size: TerminalSize | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -349,6 +366,16 @@ class WriteParams:
     process_id: str
     chunk: Base64Bytes
     write_id: str
+    #: Ours: close the stdin pipe once ``chunk`` is written (the command reads EOF).
+    close_stdin: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResizePtyParams:
+    """``process/resizePty`` params (ours)."""
+
+    process_id: str
+    size: TerminalSize
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

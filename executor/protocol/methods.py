@@ -16,6 +16,8 @@ PROCESS_READ: Final = "process/read"
 PROCESS_WRITE: Final = "process/write"
 PROCESS_SIGNAL: Final = "process/signal"
 PROCESS_TERMINATE: Final = "process/terminate"
+#: Ours (Codex's app-server has a method of this name; the exec-server does not).
+PROCESS_RESIZE_PTY: Final = "process/resizePty"
 PROCESS_OUTPUT: Final = "process/output"
 PROCESS_EXITED: Final = "process/exited"
 PROCESS_CLOSED: Final = "process/closed"
