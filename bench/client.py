@@ -44,14 +44,24 @@ except ImportError:  # pragma: no cover - the benchmark venv has orjson
         return json.dumps(value, separators=(",", ":")).encode()
 
 
-__all__ = ["BASE64", "DECODED_BYTES", "BenchClient", "RpcFailure", "decoded_length", "frame"]
+__all__ = [
+    "BASE64",
+    "DECODED_BYTES",
+    "Base64Hook",
+    "BenchClient",
+    "RpcFailure",
+    "decoded_length",
+    "frame",
+]
 
 _ZERO_MASK = b"\x00\x00\x00\x00"
 Listener = Callable[[dict[str, Any]], None]
+#: ``(buffer, start, end)`` of a base64 field's text -> a value for the message.
+Base64Hook = Callable[[bytearray, int, int], Any]
 
 #: Added to a message whose base64 field was cut out: the bytes that field encoded.
 DECODED_BYTES = "_decodedBytes"
-#: Added as well when ``BenchClient.keep_base64`` is set: the field's base64 text (bytes).
+#: Added as well when ``BenchClient.base64_hook`` is set: what the hook said of the field.
 BASE64 = "_base64"
 #: Base64 fields cut out of large messages (``"name":"`` as it appears on the wire).
 _BASE64_KEYS = (b'"chunk":"', b'"deltaBase64":"', b'"dataBase64":"')
@@ -60,6 +70,8 @@ _HEAD_BYTES = 256
 #: Smaller messages are simply parsed.
 _ELIDE_FROM = 1024
 _OUTPUT_PREFIX = b'{"method":"process/output"'
+#: What one read asks for at least.
+_READ_BYTES = 256 * 1024
 _U16 = struct.Struct("!H").unpack_from
 _U64 = struct.Struct("!Q").unpack_from
 _PROCESS_ID = b'"processId":"'
@@ -95,14 +107,23 @@ def frame(payload: bytes, opcode: int = 0x1) -> bytes:
     return header + _ZERO_MASK + payload
 
 
-class BenchClient(asyncio.Protocol):
-    """One WebSocket connection to an exec-server."""
+class BenchClient(asyncio.BufferedProtocol):
+    """One WebSocket connection to an exec-server.
+
+    The socket is read straight into one receive buffer (``BufferedProtocol``), parsed in
+    place, and the buffer is compacted or grown only between reads; a frame larger than the
+    buffer grows it once to the frame's size, so a 90 MB answer is received without being
+    copied (a ``bytearray`` grown by appending copied it many times over).
+    """
 
     def __init__(self) -> None:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
+        self._buffer = bytearray(_READ_BYTES)
+        self._start = 0  # the first byte not parsed yet
+        self._end = 0  # the end of what was received
+        self._need = 0  # the size of the frame at _start, when it does not fit the buffer
         self._upgraded = False
         self._opened: asyncio.Future[None] = loop.create_future()
         self.closed: asyncio.Future[None] = loop.create_future()
@@ -111,8 +132,9 @@ class BenchClient(asyncio.Protocol):
         self.listeners: dict[str, Listener] = {}
         #: ``process/output`` counted without parsing: processId (bytes) -> its watch.
         self.sinks: dict[bytes, ProcessWatch] = {}
-        #: Keep the text of cut-out base64 fields (``BASE64``), e.g. to verify it later.
-        self.keep_base64 = False
+        #: Called with the receive buffer and the extent of each cut-out base64 field, in
+        #: place (nothing is copied); what it returns is added to the message as ``BASE64``.
+        self.base64_hook: Base64Hook | None = None
         self.unrouted = 0
         #: Frames queued while handling inbound data; flushed in one write afterwards.
         self._outbox: list[bytes] = []
@@ -172,28 +194,66 @@ class BenchClient(asyncio.Protocol):
 
     # --- inbound ----------------------------------------------------------------------------
 
-    def data_received(self, data: bytes) -> None:
-        self._buffer += data
-        if not self._upgraded:
-            end = self._buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            status = bytes(self._buffer[:end]).split(b" ", 2)[1]
-            del self._buffer[: end + 4]
-            if status != b"101":
-                self._opened.set_exception(ConnectionError(f"upgrade refused: {status!r}"))
-                return
-            self._upgraded = True
-            self._opened.set_result(None)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Room for the next read: compact, then grow to the pending frame's size if needed.
+
+        Only here may the buffer move or change size: while ``buffer_updated`` runs, the
+        event loop still holds the view this returned. It never shrinks: a connection that
+        received one large answer (a warm-up) receives the next one into memory it has
+        already touched, not into fresh pages that fault in the measured window.
+        """
+        start, end, buffer = self._start, self._end, self._buffer
+        wanted = max(self._need, end - start + _READ_BYTES)
+        if len(buffer) - end < _READ_BYTES // 2 or len(buffer) - start < wanted:
+            if len(buffer) < wanted:
+                grown = bytearray(wanted)
+                grown[: end - start] = buffer[start:end]
+                self._buffer = buffer = grown
+            else:
+                buffer[: end - start] = buffer[start:end]
+            self._start, self._end = 0, end - start
+        return memoryview(buffer)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._end += nbytes
+        if not self._upgraded and not self._upgrade():
+            return
         self._parse_frames()
         if self._outbox:
             data = b"".join(self._outbox)
             self._outbox.clear()
             self._write(data)
 
+    def data_received(self, data: bytes) -> None:
+        """Feed ``data`` as if it had been read from the socket (tests)."""
+        view = memoryview(data)
+        while view:
+            target = self.get_buffer(len(view))
+            count = min(len(target), len(view))
+            target[:count] = view[:count]
+            target.release()
+            self.buffer_updated(count)
+            view = view[count:]
+
+    def _upgrade(self) -> bool:
+        """Consume the HTTP response to the upgrade; True once frames may follow."""
+        buffer = self._buffer
+        end = buffer.find(b"\r\n\r\n", self._start, self._end)
+        if end < 0:
+            return False
+        status = bytes(buffer[self._start : end]).split(b" ", 2)[1]
+        self._start = end + 4
+        if status != b"101":
+            self._opened.set_exception(ConnectionError(f"upgrade refused: {status!r}"))
+            return False
+        self._upgraded = True
+        self._opened.set_result(None)
+        return True
+
     def _parse_frames(self) -> None:
         buffer = self._buffer
-        offset, size = 0, len(buffer)
+        offset, size = self._start, self._end
+        self._need = 0
         while size - offset >= 2:
             first, second = buffer[offset], buffer[offset + 1]
             length = second & 0x7F
@@ -209,6 +269,7 @@ class BenchClient(asyncio.Protocol):
                 (length,) = _U64(buffer, offset + 2)
                 head = 10
             if size - offset < head + length:
+                self._need = head + length
                 break
             start = offset + head
             offset = start + length
@@ -232,7 +293,7 @@ class BenchClient(asyncio.Protocol):
                 run.failed(_loads(payload)["error"])
                 continue
             self._on_frame(first & 0x0F, payload)
-        del buffer[:offset]
+        self._start = offset
 
     def _count_output(self, buffer: bytearray, start: int, end: int) -> bool:
         """A watched ``process/output`` message: count its bytes in place (no parse, no copy).
@@ -272,8 +333,8 @@ class BenchClient(asyncio.Protocol):
             return None
         message: dict[str, Any] = _loads(buffer[start:text] + buffer[text_end:end])
         message[DECODED_BYTES] = decoded_length(buffer, text, text_end)
-        if self.keep_base64:
-            message[BASE64] = bytes(buffer[text:text_end])
+        if self.base64_hook is not None:
+            message[BASE64] = self.base64_hook(buffer, text, text_end)
         return message
 
     def _on_frame(self, opcode: int, payload: bytearray) -> None:

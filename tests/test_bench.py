@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from bench.cases.fs import Expected
 from bench.client import BASE64, DECODED_BYTES, BenchClient, decoded_length
 from bench.harness import Case, Metric, our_command
 from bench.run import discover, report
@@ -91,7 +92,7 @@ def test_output_is_counted_exactly_from_raw_frames(read_size: int) -> None:
 def test_large_base64_fields_are_cut_out_not_parsed() -> None:
     async def scenario() -> None:
         client = offline_client()
-        client.keep_base64 = True
+        client.base64_hook = lambda buffer, start, end: bytes(buffer[start:end])
         future = client.submit("fs/readFile", {"path": "file:///x"})
         data = bytes(range(256)) * 100
         text = base64.b64encode(data)
@@ -100,7 +101,25 @@ def test_large_base64_fields_are_cut_out_not_parsed() -> None:
         response = future.result()
         assert response["result"] == {"dataBase64": ""}
         assert response[DECODED_BYTES] == len(data)
-        assert response[BASE64] == text
+        assert response[BASE64] == text  # what the hook saw, in place
+
+
+def test_an_answer_is_checked_in_place_against_the_expected_base64() -> None:
+    async def scenario() -> None:
+        client = offline_client()
+        expected = Expected()
+        client.base64_hook = expected
+        expected.text = base64.b64encode(b"y" * 4000)
+        good, bad = client.submit("fs/readBlock", {}), client.submit("fs/readBlock", {})
+        for future_id, body in ((1, b"y" * 4000), (2, b"y" * 3999 + b"z")):
+            text = base64.b64encode(body)
+            answer = b'{"id":%d,"result":{"chunk":"%s","eof":false}}' % (future_id, text)
+            feed(client, server_frame(answer), 4096)
+        assert expected.check(good.result(), "chunk") == 4000
+        with pytest.raises(AssertionError):
+            expected.check(bad.result(), "chunk")
+
+    asyncio.run(scenario())
 
     asyncio.run(scenario())
 

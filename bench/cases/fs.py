@@ -4,12 +4,12 @@ Cases (each ``run(target)`` returns ``{metric: value}``; see ``bench/harness.py`
 
 * ``fs.readFile`` — ``fs/readFile`` of a 64 MiB file of random bytes, one request; metric
   ``fs.readFile.64MiB`` in MB/s (10^6 file bytes per second of wall time between sending
-  the request and holding the response, whose base64 the client cuts out without parsing it;
-  it is decoded and checked after the clock stops). One untimed read first warms the page
-  cache and the daemon.
+  the request and holding the response, whose base64 the client cuts out without parsing
+  and compares in place with the file's, see ``Expected``). One untimed read first warms
+  the page cache, the daemon and the client's receive buffer.
 * ``fs.readBlock`` — the same file through ``fs/open`` + ``fs/readBlock`` in 1 MiB blocks,
   one request at a time (as a client streaming a file does), then ``fs/close``; metrics
-  ``fs.readBlock.64MiB`` in MB/s (blocks decoded and checked after the clock stops) and
+  ``fs.readBlock.64MiB`` in MB/s (each block checked in place, see ``Expected``) and
   ``fs.readBlock.rss_growth``: the daemon's peak resident memory during the stream minus
   its resident memory just before, in MiB (target < 16 MiB).
   The peak is the kernel's high-water mark (``VmHWM`` after resetting it through
@@ -17,7 +17,7 @@ Cases (each ``run(target)`` returns ``{metric: value}``; see ``bench/harness.py`
   It needs the daemon's pid, so it is skipped for a reference given only by URL, and it
   runs on a fresh daemon so that no earlier case has raised the heap already.
 
-The file is written once per runner into ``target.workdir`` and read by the daemon under
+The file is written into the run's ``target.workdir`` and read by the daemon under
 test from there (the daemon runs on this host). Only ``bench.harness`` and the case's own
 code are used: no test helpers.
 """
@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hashlib
 import os
 import time
 from collections.abc import Iterator
@@ -53,27 +52,50 @@ def _uri(path: Path) -> str:
     return "file://" + quote(str(path))
 
 
-def bench_file(workdir: Path) -> tuple[Path, str]:
-    """The 64 MiB random file in ``workdir`` (written on first use) and its SHA-256."""
+def bench_file(workdir: Path) -> Path:
+    """The 64 MiB random file in ``workdir`` (written on first use)."""
     path = workdir / _FILE_NAME
-    digest_path = workdir / (_FILE_NAME + ".sha256")
-    if path.exists() and digest_path.exists():
-        return path, digest_path.read_text()
-    digest = hashlib.sha256()
-    with path.open("wb") as handle:
-        for _ in range(FILE_BYTES // MiB):
-            chunk = os.urandom(MiB)
-            digest.update(chunk)
-            handle.write(chunk)
-    digest_path.write_text(digest.hexdigest())
-    return path, digest.hexdigest()
+    if not path.exists():
+        with path.open("wb") as handle:
+            for _ in range(FILE_BYTES // MiB):
+                handle.write(os.urandom(MiB))
+    return path
+
+
+class Expected:
+    """The base64 the daemon must answer with, compared in place in the client's buffer.
+
+    A ``BenchClient.base64_hook``: the answer's base64 is neither copied nor decoded, it is
+    compared byte for byte with the encoding of what the file holds (standard padded base64
+    has one encoding per input, so equal text is equal content). ``text`` is what the next
+    answer must carry.
+    """
+
+    def __init__(self) -> None:
+        self.text = b""
+
+    def __call__(self, buffer: bytearray, start: int, end: int) -> bool:
+        return end - start == len(self.text) and buffer.startswith(self.text, start)
+
+    def check(self, response: dict[str, Any], field: str) -> int:
+        """The bytes an answer carried; an error if they are not the expected ones."""
+        if "error" in response:
+            raise RpcFailure(response["error"])
+        matched = response.get(BASE64)
+        if matched is None:  # small enough to have been parsed as a whole
+            matched = str(response["result"][field]).encode() == self.text
+        if not matched:
+            raise AssertionError(f"{field} does not hold the file's bytes")
+        return decoded_length(self.text)
 
 
 async def read_file(target: Target) -> dict[str, float]:
     """``fs/readFile`` of 64 MiB: MB/s, answer verified."""
-    path, expected = bench_file(target.workdir)
+    path = bench_file(target.workdir)
+    expected = Expected()
+    expected.text = base64.b64encode(path.read_bytes())
     client = await target.session()
-    client.keep_base64 = True  # the answer's base64 is kept as bytes, decoded after the clock
+    client.base64_hook = expected
     try:
         await client.request("fs/readFile", {"path": _uri(path)})  # warm-up, untimed
         with target.cpu() as cpu:
@@ -82,74 +104,54 @@ async def read_file(target: Target) -> dict[str, float]:
             elapsed = time.perf_counter() - started
     finally:
         client.close()
-    data = base64.b64decode(_base64_text(response, "dataBase64"))
-    _verify(data, expected)
-    return {"fs.readFile.64MiB": len(data) / _MB / elapsed, **cpu.metrics("fs.readFile.64MiB")}
+    size = expected.check(response, "dataBase64")
+    return {"fs.readFile.64MiB": size / _MB / elapsed, **cpu.metrics("fs.readFile.64MiB")}
 
 
 async def read_blocks(target: Target) -> dict[str, float]:
     """64 MiB through ``fs/readBlock`` in 1 MiB blocks: MB/s and daemon peak RSS growth."""
-    path, expected = bench_file(target.workdir)
+    path = bench_file(target.workdir)
+    data = path.read_bytes()
+    blocks = [
+        base64.b64encode(data[at : at + BLOCK_BYTES]) for at in range(0, len(data), BLOCK_BYTES)
+    ]
+    del data
     process = daemon_process(target)
     client = await target.session()
-    client.keep_base64 = True
+    expected = Expected()
+    client.base64_hook = expected
     try:
         await client.request("fs/open", {"handleId": "bench", "path": _uri(path)})
         await client.request("fs/readBlock", {"handleId": "bench", "offset": 0, "len": BLOCK_BYTES})
         async with PeakRss(process) as memory:
             with target.cpu() as cpu:
                 started = time.perf_counter()
-                chunks = await _stream(client, "bench")
+                total = await _stream(client, "bench", blocks, expected)
                 elapsed = time.perf_counter() - started
         await client.request("fs/close", {"handleId": "bench"})
     finally:
         client.close()
-    digest, total = _digest(chunks)
-    if digest != expected or total != FILE_BYTES:
-        raise AssertionError(f"fs/readBlock returned {total} bytes with another digest")
+    if total != FILE_BYTES:
+        raise AssertionError(f"fs/readBlock returned {total} bytes, not {FILE_BYTES}")
     result = {"fs.readBlock.64MiB": total / _MB / elapsed, **cpu.metrics("fs.readBlock.64MiB")}
     if memory.growth_mib is not None:
         result["fs.readBlock.rss_growth"] = memory.growth_mib
     return result
 
 
-async def _stream(client: BenchClient, handle_id: str) -> list[bytes]:
-    """Every block's base64 text; decoding waits until the clock has stopped."""
-    chunks: list[bytes] = []
-    offset = 0
+async def _stream(
+    client: BenchClient, handle_id: str, blocks: list[bytes], expected: Expected
+) -> int:
+    """Read block after block until EOF, each checked in place; the bytes read."""
+    offset = index = 0
     while True:
+        expected.text = blocks[index] if index < len(blocks) else b""
+        index += 1
         params = {"handleId": handle_id, "offset": offset, "len": BLOCK_BYTES}
         response = await client.submit("fs/readBlock", params)
-        if "error" in response:
-            raise RpcFailure(response["error"])
-        chunk = _base64_text(response, "chunk")
-        chunks.append(chunk)
-        offset += decoded_length(chunk)
+        offset += expected.check(response, "chunk")
         if response["result"]["eof"]:
-            return chunks
-
-
-def _base64_text(response: dict[str, Any], field: str) -> bytes:
-    """The base64 of an answer's ``field``: cut out by the client if large, else parsed."""
-    if "error" in response:
-        raise RpcFailure(response["error"])
-    text = response.get(BASE64)
-    return text if text is not None else str(response["result"][field]).encode()
-
-
-def _digest(chunks: list[bytes]) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    total = 0
-    for chunk in chunks:
-        data = base64.b64decode(chunk)
-        digest.update(data)
-        total += len(data)
-    return digest.hexdigest(), total
-
-
-def _verify(data: bytes, expected: str) -> None:
-    if len(data) != FILE_BYTES or hashlib.sha256(data).hexdigest() != expected:
-        raise AssertionError(f"fs/readFile returned {len(data)} bytes with another digest")
+            return offset
 
 
 # --- daemon memory ----------------------------------------------------------------------------
