@@ -47,7 +47,7 @@ from executor.sandbox.profiles import Profile
 from executor.sandbox.rules import RuleSet
 from executor.spawn.spawner import Launch, LaunchFailed, Spawner
 
-__all__ = ["ChildEnvironment", "RunRequest", "child_environment", "run_command"]
+__all__ = ["ChildEnvironment", "RunRequest", "child_environment", "denial_line", "run_command"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,16 +272,27 @@ def _verdict(confined: ConfinedCommand, code: int, log: OutputLog) -> int:
         linux=confined.linux,
         evidence=evidence,
     )
+    line = denial_line(verdict, code, output, evidence)
+    if line is not None:
+        print(line, file=sys.stderr)
+    return code
+
+
+def denial_line(
+    verdict: Verdict, code: int, output: bytes, evidence: str | None = None
+) -> str | None:
+    """The line ``executor run`` (and ``executor exec``) prints when the sandbox denied
+    something, or ``None``: the proxy's refusal (``evidence``), else the heuristic and what
+    it went by."""
     if evidence:
         # Not a guess: the proxy refused a connection while the command ran.
-        print(f"executor: the sandbox's proxy {evidence.partition(': ')[2]}", file=sys.stderr)
-    elif verdict.denied:
-        print(
+        return f"executor: the sandbox's proxy {evidence.partition(': ')[2]}"
+    if verdict.denied:
+        return (
             "executor: the sandbox probably denied something "
-            f"(heuristic: {_evidence(verdict, code, output)})",
-            file=sys.stderr,
+            f"(heuristic: {_evidence(verdict, code, output)})"
         )
-    return code
+    return None
 
 
 def _evidence(verdict: Verdict, code: int, output: bytes) -> str:

@@ -9,7 +9,9 @@ import pytest
 from tests.support.daemon import executor_command
 
 
-@pytest.mark.parametrize("command", [[], ["serve"], ["run"], ["profile", "explain"], ["doctor"]])
+@pytest.mark.parametrize(
+    "command", [[], ["serve"], ["run"], ["profile", "explain"], ["doctor"], ["exec"]]
+)
 def test_help_is_complete_and_shows_only_real_defaults(command: list[str]) -> None:
     result = subprocess.run(
         [*executor_command(), *command, "--help"],

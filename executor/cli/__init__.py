@@ -1,4 +1,5 @@
-"""The ``executor`` command line: ``serve``, ``run``, ``profile``, ``backends``, ``doctor``."""
+"""The ``executor`` command line: ``serve``, ``run``, ``profile``, ``backends``, ``doctor``,
+``exec``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from executor import __version__
+from executor.cli.exec_options import add_exec, exec_main
 from executor.cli.policy_options import add_policy_commands
 from executor.cli.serve_config import parse_with_config
 from executor.cli.serve_options import add_serve, daemon_config, websocket_options
@@ -36,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_serve(commands)
     add_policy_commands(commands)
+    add_exec(commands)
     return parser
 
 
@@ -90,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run": commands.run,
         "backends": commands.backends,
         "doctor": commands.doctor,
+        "exec": exec_main,
     }
     if args.command == "profile":
         handlers["profile"] = {
