@@ -136,6 +136,8 @@ def exec_main(args: argparse.Namespace) -> int:
         raise ConfigError("exec: give the command after --")
     if not args.url.startswith(_SCHEMES):
         raise ConfigError(f"--url {args.url}: expected ws://HOST:PORT or stdio:CMD ARG...")
+    if args.token_file is not None and args.url.startswith("stdio:"):
+        raise ConfigError("--token-file is for a ws:// executor; stdio needs none")
     if args.profile is not None:
         from executor.sandbox.profiles import load_profile
 
