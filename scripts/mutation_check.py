@@ -230,7 +230,7 @@ MUTATIONS = (
     Mutation(
         "network: host Unix sockets not masked",
         f"{LINUX}/backend.py",
-        "                    + tuple((\"mask_socket\", path) for path in masked_sockets)\n",
+        '                    + tuple(("mask_socket", path) for path in masked_sockets)\n',
         "                    + ()\n",
     ),
     Mutation(
