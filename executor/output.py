@@ -181,10 +181,18 @@ class OutputLog:
             and (floor is None or chunks[self._head].seq < floor)
         ):
             self._bytes -= len(chunks[self._head].data)
+            # The slot is dropped from the list only in batches (below), but its bytes must
+            # go now: left in place, up to 1,024 evicted chunks (64 MiB of 64 KiB reads)
+            # stayed alive behind a 1 MiB retention.
+            chunks[self._head] = _EVICTED
             self._head += 1
         if self._head > 1024 and self._head * 2 > len(chunks):
             del chunks[: self._head]
             self._head = 0
+
+
+#: What an evicted chunk's slot holds until the slots before ``_head`` are deleted.
+_EVICTED = OutputChunk(0, Stream.STDOUT, b"")
 
 
 def _seq(chunk: OutputChunk) -> int:

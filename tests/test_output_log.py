@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from executor.output import OutputLog
@@ -90,6 +92,24 @@ def test_retention_evicts_whole_oldest_chunks() -> None:
     log.append(Stream.STDOUT, b"x" * 100)
     assert [c.seq for c in log.read(0).chunks] == [4]
     assert log.read(1).next_seq == 5
+
+
+def test_evicted_chunks_are_released_at_once() -> None:
+    """An evicted chunk's bytes are freed when it is evicted, not when its slot is compacted.
+
+    (They once stayed referenced until 1,024 chunks had gone: 64 MiB of 64 KiB reads kept
+    alive behind a 1 MiB retention.)
+    """
+    log = OutputLog(max_bytes=100)
+    first = bytes(bytearray(b"a" * 40))  # an object of its own, referenced only here
+    references = sys.getrefcount(first)
+    log.append(Stream.STDOUT, first)
+    assert sys.getrefcount(first) > references
+    for _ in range(10):  # far fewer than the batch in which evicted slots are compacted
+        log.append(Stream.STDOUT, b"b" * 40)
+    assert sys.getrefcount(first) == references
+    assert [c.seq for c in log.read(0).chunks] == [10, 11]
+    assert log.all_output() == b"b" * 80
 
 
 def test_a_single_oversized_chunk_is_kept() -> None:
