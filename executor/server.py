@@ -303,8 +303,12 @@ class Connection:
 
     # The connection is the ``Attachment`` of its session.
 
-    def notify(self, method: str, params: dict[str, Any]) -> None:
-        """Push a notification to the client."""
+    def notify(self, method: str, params: dict[str, Any] | jsonrpc.Spliced) -> None:
+        """Push a notification to the client (``Spliced`` params are written part by part)."""
+        if type(params) is jsonrpc.Spliced:
+            if not self._closed:
+                self.transport.send_message_parts(jsonrpc.encode_notification_parts(method, params))
+            return
         self._send(jsonrpc.encode_notification(method, params))
 
     @property

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from executor.errors import InvalidRequest, SessionAttached
+from executor.protocol.jsonrpc import Spliced
 
 __all__ = ["Attachment", "Cancellable", "Session", "SessionRegistry", "SessionResources"]
 
@@ -24,8 +25,8 @@ DEFAULT_SESSION_TTL = 80.0
 class Attachment(Protocol):
     """The connection side of an attached session."""
 
-    def notify(self, method: str, params: dict[str, Any]) -> None:
-        """Deliver a notification to the client."""
+    def notify(self, method: str, params: dict[str, Any] | Spliced) -> None:
+        """Deliver a notification to the client (``Spliced``: params as ready JSON parts)."""
 
     @property
     def congested(self) -> bool:
@@ -71,7 +72,7 @@ class Session:
         """Which attachment gets notifications now (a new number each time); None if none."""
         return self._attachments if self.attachment is not None else None
 
-    def notify(self, method: str, params: dict[str, Any]) -> None:
+    def notify(self, method: str, params: dict[str, Any] | Spliced) -> None:
         """Forward to the attached connection; dropped while detached."""
         if self.attachment is not None:
             self.attachment.notify(method, params)

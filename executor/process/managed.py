@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from executor import audit, proctree
 from executor.output import DetachedOutput, OutputLog
 from executor.process.confinement import ConfinedCommand
+from executor.process.output_wire import OutputEncoder
 from executor.process.stdin import Stdin
+from executor.protocol.jsonrpc import Spliced
 from executor.protocol.messages import (
     ProcessClosed,
     ProcessEvent,
@@ -49,7 +51,7 @@ MAX_WAIT_MS = 3_600_000
 class Notifier(Protocol):
     """Where a session's notifications go (the attached connection, or nowhere)."""
 
-    def notify(self, method: str, params: dict[str, Any]) -> None:
+    def notify(self, method: str, params: dict[str, Any] | Spliced) -> None:
         """Send a notification now, or drop it if no connection is attached."""
 
     @property
@@ -79,6 +81,7 @@ class ManagedProcess:
         self.process_id = process_id
         self.confined = confined
         self.log = OutputLog(max_bytes=table.limits.retained_bytes)
+        self._output_wire = OutputEncoder(process_id)
         self.starting = True
         self.pid: int | None = None
         self.supervisor: int | None = None
@@ -130,7 +133,7 @@ class ManagedProcess:
         """The start response is out: release the notifications held until now."""
         held, self._held = self._held, None
         for event in held or ():
-            self.table.notifier.notify(event.method, event.to_wire())
+            self.table.notifier.notify(event.method, self._wire(event))
 
     def discard(self) -> None:
         """Forget a process whose start failed: close every descriptor."""
@@ -299,7 +302,12 @@ class ManagedProcess:
         if self._held is not None:
             self._held.append(event)
         else:
-            self.table.notifier.notify(event.method, event.to_wire())
+            self.table.notifier.notify(event.method, self._wire(event))
+
+    def _wire(self, event: ProcessEvent) -> dict[str, Any] | Spliced:
+        if type(event) is ProcessOutput:
+            return self._output_wire(event.chunk)
+        return event.to_wire()
 
     # --- read -------------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ __all__ = [
     "dumps",
     "encode_error",
     "encode_notification",
+    "encode_notification_parts",
     "encode_result",
     "encode_result_parts",
     "parse",
@@ -330,3 +331,8 @@ def encode_error(request_id: RequestId, code: int, message: str) -> bytes:
 def encode_notification(method: str, params: Any) -> bytes:
     """Encode a server-to-client notification."""
     return dumps({"method": method, "params": params})
+
+
+def encode_notification_parts(method: str, params: Spliced) -> list[bytes | bytearray]:
+    """A notification whose params are ``params``, as parts to write in order."""
+    return [b'{"method":' + dumps(method) + b',"params":', *params.parts, b"}"]
