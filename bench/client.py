@@ -316,6 +316,7 @@ class BenchClient(asyncio.BufferedProtocol):
         if buffer[end - 1] == 0x3D:  # "=" padding
             size -= 2 if buffer[end - 2] == 0x3D else 1
         sink.output_bytes += size
+        sink.output_messages += 1
         return True
 
     def _elided(self, buffer: bytearray, start: int, end: int) -> dict[str, Any] | None:
@@ -439,6 +440,7 @@ class ProcessWatch:
         self.closed: asyncio.Future[float] = loop.create_future()
         self.exited_at: float | None = None
         self.output_bytes = 0
+        self.output_messages = 0
         self.exit_code: int | None = None
         self._loop = loop
 
@@ -449,6 +451,7 @@ class ProcessWatch:
         if method == "process/output":
             size = message.get(DECODED_BYTES)
             self.output_bytes += decoded_length(params["chunk"].encode()) if size is None else size
+            self.output_messages += 1
         elif method == "process/exited":
             self.exited_at = self._loop.time()
             self.exit_code = params["exitCode"]
