@@ -24,6 +24,7 @@ from executor.output import DetachedOutput, OutputLog
 from executor.process.confinement import ConfinedCommand
 from executor.process.output_wire import OutputEncoder
 from executor.process.stdin import Stdin
+from executor.process.streams import FLOOD_PIPE_BYTES, pipe_growth
 from executor.protocol.jsonrpc import Spliced
 from executor.protocol.messages import (
     ProcessClosed,
@@ -93,6 +94,9 @@ class ManagedProcess:
         self.tty = confined.request.tty
         self._loop = asyncio.get_running_loop()
         self._readers: dict[int, Stream] = {}
+        #: Read sizes of readers found full once, and which of their pipes were grown.
+        self._read_sizes: dict[int, int] = {}
+        self._grown: set[int] = set()
         self.stdin = Stdin(self._loop)
         self._held: list[ProcessEvent] | None = []
         self._waiters: set[asyncio.Future[None]] = set()
@@ -149,8 +153,9 @@ class ManagedProcess:
     # --- output -----------------------------------------------------------------------------
 
     def _on_readable(self, fd: int) -> None:
+        size = self._read_sizes.get(fd, self.table.limits.read_chunk)
         try:
-            data = os.read(fd, self.table.limits.read_chunk)
+            data = os.read(fd, size)
         except BlockingIOError:
             return
         except OSError as exc:
@@ -162,6 +167,8 @@ class ManagedProcess:
             self._close_reader(fd)
             self._maybe_finish()
             return
+        if len(data) == size and fd not in self._read_sizes:
+            self._flooded(fd, size)
         if self._block:
             self._keep_unread()
         chunk = self.log.append(self._readers[fd], data)
@@ -173,6 +180,13 @@ class ManagedProcess:
             self._blocked = True
             for reader in self._readers:
                 self._loop.remove_reader(reader)
+
+    def _flooded(self, fd: int, size: int) -> None:
+        """A read filled the buffer: grow the pipe and read more at a time (once per pipe)."""
+        self._read_sizes[fd] = size
+        if size < FLOOD_PIPE_BYTES and pipe_growth().grow(fd):
+            self._read_sizes[fd] = FLOOD_PIPE_BYTES
+            self._grown.add(fd)
 
     def _pause(self) -> None:
         self._paused = True
@@ -221,6 +235,10 @@ class ManagedProcess:
     def _close_reader(self, fd: int) -> None:
         if self._readers.pop(fd, None) is None:
             return
+        self._read_sizes.pop(fd, None)
+        if fd in self._grown:
+            self._grown.discard(fd)
+            pipe_growth().release()
         self._loop.remove_reader(fd)
         if fd == self.stdin.fd:
             return  # a pty master is also stdin; it closes with the process

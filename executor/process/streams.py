@@ -1,7 +1,18 @@
-"""The child's standard streams: pipes, or one terminal, and the parent's ends of them."""
+"""The child's standard streams: pipes, or one terminal, and the parent's ends of them.
+
+A pipe starts at the kernel's default capacity (64 KiB on Linux). One the daemon finds full
+when it reads (the command writes faster than its output is sent) is grown to
+``FLOOD_PIPE_BYTES`` and read that much at a time: a flood then costs a quarter of the
+wake-ups, reads and notifications per byte (measured: about half the daemon's CPU per byte
+of a 64 MiB flood). Grown pipes count against the per-user pipe allowance the kernel gives
+an unprivileged daemon (``/proc/sys/fs/pipe-user-pages-soft``, 64 MiB by default), which its
+commands' own pipes share; past it every new pipe of that user gets a single page. So at most
+``MAX_GROWN_PIPES`` are grown at a time (8 MiB), and a pipe that cannot grow stays as it is.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 from collections.abc import Iterable
@@ -9,9 +20,56 @@ from collections.abc import Iterable
 from executor.protocol.messages import Stream
 from executor.spawn.child import set_window_size
 
-__all__ = ["PTY_COLUMNS", "PTY_ROWS", "close_all", "open_streams"]
+__all__ = [
+    "FLOOD_PIPE_BYTES",
+    "MAX_GROWN_PIPES",
+    "PTY_COLUMNS",
+    "PTY_ROWS",
+    "PipeGrowth",
+    "close_all",
+    "open_streams",
+    "pipe_growth",
+]
 
 PTY_ROWS, PTY_COLUMNS = 24, 80
+
+#: What a flooded output pipe is grown to, and how much is read from it at a time (the
+#: notifications then carry up to 256 KiB, ~350 KB of base64: far below any frame limit).
+FLOOD_PIPE_BYTES = 256 * 1024
+#: Pipes grown at once, daemon-wide.
+MAX_GROWN_PIPES = 32
+_F_SETPIPE_SZ: int | None = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux only
+
+
+class PipeGrowth:
+    """The daemon's budget of grown output pipes."""
+
+    def __init__(self, limit: int = MAX_GROWN_PIPES) -> None:
+        self.limit = limit
+        self.grown = 0
+
+    def grow(self, fd: int) -> bool:
+        """Grow the pipe at ``fd`` to ``FLOOD_PIPE_BYTES``; False if it cannot or may not."""
+        if _F_SETPIPE_SZ is None or self.grown >= self.limit:
+            return False
+        try:
+            fcntl.fcntl(fd, _F_SETPIPE_SZ, FLOOD_PIPE_BYTES)
+        except OSError:
+            return False  # not a pipe (a terminal), or over the user's pipe allowance
+        self.grown += 1
+        return True
+
+    def release(self) -> None:
+        """A grown pipe was closed."""
+        self.grown -= 1
+
+
+_GROWTH = PipeGrowth()
+
+
+def pipe_growth() -> PipeGrowth:
+    """The daemon-wide budget (the kernel accounts pipes per user, so: per process)."""
+    return _GROWTH
 
 
 def open_streams(
