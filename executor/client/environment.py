@@ -204,9 +204,13 @@ class _Connecting:
 
     async def _open(self) -> Environment:
         options = dict(self._options)
-        connector = connector_for(
-            self._url, token=options.pop("token"), open_timeout=options.pop("connect_timeout")
-        )
+        timeout = options.pop("connect_timeout")
+        if timeout is None:
+            # A stdio server may be a remote one behind ssh, started from scratch.
+            stdio = not isinstance(self._url, str) or self._url.startswith("stdio:")
+            timeout = 30.0 if stdio else 10.0
+        options["initialize_timeout"] = timeout
+        connector = connector_for(self._url, token=options.pop("token"), open_timeout=timeout)
         resume = options.pop("resume_session_id")
         link = Link(connector, **options)
         await link.open(resume=resume)
@@ -235,7 +239,7 @@ def connect(
     token: str | None = None,
     client_name: str = "executor-client",
     recovery_deadline: float = DEFAULT_RECOVERY_DEADLINE,
-    connect_timeout: float = 10.0,
+    connect_timeout: float | None = None,
     resume_session_id: str | None = None,
 ) -> _Connecting:
     """Connect to an executor.
@@ -244,7 +248,9 @@ def connect(
     ``stdio:CMD ARG...`` to run a server and talk over its pipes (e.g.
     ``stdio:ssh devbox executor serve --listen stdio``; an argv list works too).
     ``recovery_deadline``: seconds a dropped WebSocket connection may take to come back
-    before the session fails. ``resume_session_id``: attach to an existing detached session.
+    before the session fails. ``connect_timeout``: for opening the connection and the
+    handshake (default 10 s, 30 s for stdio). ``resume_session_id``: attach to an existing
+    detached session (its processes are not adopted as handles).
     """
     return _Connecting(
         url,
@@ -254,6 +260,5 @@ def connect(
             "resume_session_id": resume_session_id,
             "client_name": client_name,
             "recovery_deadline": recovery_deadline,
-            "initialize_timeout": connect_timeout,
         },
     )

@@ -144,8 +144,8 @@ class FileSystem:
         path: str,
         *,
         max_depth: int = 16,
-        max_directories: int = 10_000,
-        max_entries: int = 100_000,
+        max_directories: int = 1_000,
+        max_entries: int = 10_000,
         follow_directory_symlinks: bool = False,
         sandbox: Sandbox = None,
     ) -> dict[str, Any]:

@@ -105,8 +105,13 @@ class Link:
     # -- connecting -------------------------------------------------------------------
 
     async def open(self, *, resume: str | None = None) -> None:
-        """The first connection (no recovery: an error here is raised as it is)."""
-        rpc = await self._handshake(resume)
+        """The first connection (not retried: an error here is the caller's)."""
+        try:
+            rpc = await self._handshake(resume)
+        except ClientError:
+            raise
+        except Exception as exc:
+            raise ClientError(f"cannot connect to the executor: {exc}") from exc
         self._install(rpc)
 
     async def _handshake(self, resume: str | None) -> RpcConnection:
@@ -124,9 +129,8 @@ class Link:
             params: dict[str, Any] = {"clientName": self._client_name}
             if resume:
                 params["resumeSessionId"] = resume
-            result = await asyncio.wait_for(
-                rpc.call(methods.INITIALIZE, params), self._initialize_timeout
-            )
+            async with asyncio.timeout(self._initialize_timeout):
+                result = await rpc.call(methods.INITIALIZE, params)
             session_id = str(result["sessionId"])
             if resume and session_id != resume:
                 raise ClientError(f"asked to resume session {resume}, got {session_id}")
@@ -239,7 +243,9 @@ class Link:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.recovery_deadline
         try:
-            await asyncio.wait_for(self._starts_settled(), max(0.0, deadline - loop.time()))
+            # asyncio.timeout, not wait_for: wait_for can swallow the cancel of close().
+            async with asyncio.timeout_at(deadline):
+                await self._starts_settled()
         except TimeoutError:
             self._fail(f"{reason}; a process start did not settle before the deadline")
             return
@@ -248,9 +254,10 @@ class Link:
             return
         last_error = reason
         attempt = 0
-        while (remaining := deadline - loop.time()) > 0:
+        while loop.time() < deadline and self.status is Status.RECOVERING:
             try:
-                rpc = await asyncio.wait_for(self._resume_once(), remaining)
+                async with asyncio.timeout_at(deadline):
+                    rpc = await self._resume_once()
             except ServerError as exc:
                 if exc.code != SESSION_ATTACHED:
                     self._fail(f"{reason}; the server refused to resume the session: {exc}")

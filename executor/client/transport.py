@@ -69,6 +69,7 @@ class WebSocketTransport:
 
     def __init__(self, ws: ClientConnection) -> None:
         self._ws = ws
+        self._closing: asyncio.Future[None] | None = None
 
     async def send(self, message: dict[str, Any]) -> None:
         try:
@@ -84,6 +85,13 @@ class WebSocketTransport:
         return _decode(raw)
 
     async def close(self) -> None:
+        # One closing for every caller, shielded: a caller cancelled mid-way (the reader,
+        # a caller's timeout) must not leave the socket half closed.
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
         await self._ws.close()
         # A peer that never answers the close handshake is cut by close_timeout; wait for
         # the socket to be gone so no descriptor outlives close().
@@ -137,6 +145,7 @@ class StdioTransport:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self._process = process
         self._closed = False
+        self._closing: asyncio.Future[None] | None = None
 
     async def send(self, message: dict[str, Any]) -> None:
         stdin = self._process.stdin
@@ -162,9 +171,13 @@ class StdioTransport:
                 return _decode(line)
 
     async def close(self) -> None:
-        if self._closed:
-            return
+        # One closing for every caller, shielded, so that the server is always reaped.
         self._closed = True
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
         process = self._process
         if process.stdin is not None:
             # EOF on its stdin ends a stdio server, and every process it started.
