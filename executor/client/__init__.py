@@ -10,7 +10,8 @@ use the file system of a remote host, riding out dropped connections.
         result = await proc.wait()
 
 ``connect("stdio:CMD ARG...")`` runs CMD and speaks to it over its stdin/stdout (for example
-``stdio:ssh devbox executor serve --listen stdio``). See docs/client.md.
+``stdio:ssh devbox executor serve --listen stdio``). ``connect_sync`` is the same for
+synchronous code. See docs/client.md.
 """
 
 from __future__ import annotations
@@ -23,14 +24,17 @@ from executor.client.errors import (
     ServerError,
     SessionFailed,
 )
-from executor.client.fs import FileSystem
-from executor.client.process import ExitResult, OutputChunk, Process, RunResult
+from executor.client.fs import DirectoryEntry, FileSystem, Metadata
+from executor.client.process import ExitResult, OutputChunk, Process, RunResult, StdinClosed
+from executor.client.sync import SyncEnvironment, connect_sync
 
 __all__ = [
     "ClientError",
+    "DirectoryEntry",
     "Environment",
     "ExitResult",
     "FileSystem",
+    "Metadata",
     "OutcomeUnknown",
     "OutputChunk",
     "Process",
@@ -38,5 +42,8 @@ __all__ = [
     "RunResult",
     "ServerError",
     "SessionFailed",
+    "StdinClosed",
+    "SyncEnvironment",
     "connect",
+    "connect_sync",
 ]
