@@ -203,8 +203,13 @@ class BenchClient(asyncio.BufferedProtocol):
         already touched, not into fresh pages that fault in the measured window.
         """
         start, end, buffer = self._start, self._end, self._buffer
-        wanted = max(self._need, end - start + _READ_BYTES)
-        if len(buffer) - end < _READ_BYTES // 2 or len(buffer) - start < wanted:
+        if start == end:  # everything parsed: start over at the front, nothing to move
+            self._start = self._end = start = end = 0
+        # Room for the frame being received (or what is left unparsed) and a read past it,
+        # decided once per frame: a buffer sized to the frame alone grew again (a fresh copy
+        # of the whole frame) when its last read came in.
+        wanted = max(self._need, end - start) + _READ_BYTES
+        if len(buffer) - start < wanted or len(buffer) - end < _READ_BYTES // 2:
             if len(buffer) < wanted:
                 grown = bytearray(wanted)
                 grown[: end - start] = buffer[start:end]
