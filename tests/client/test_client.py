@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -169,10 +170,18 @@ def test_a_bearer_token(tmp_path: Path) -> None:
         authed.stop()
 
 
+def linux_sandbox_available() -> bool:
+    """Landlock, namespaces and seccomp all work here."""
+    if not sys.platform.startswith("linux"):
+        return False
+    from executor_linux.probe import host_support
+
+    support = host_support()
+    return bool(support.landlock_abi and support.namespaces and support.seccomp)
+
+
 @pytest.mark.enforcement
 def test_a_profile_name_runs_sandboxed(daemon: RunningDaemon) -> None:
-    from tests.executor_linux.conftest import linux_sandbox_available
-
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
     # Not under /tmp: the workspace profile makes /tmp writable as a whole.
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="client-sandbox-") as top:

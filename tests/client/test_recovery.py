@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import pytest
 
 from executor.client import (
-    ClientError,
     Environment,
     OutcomeUnknown,
     ProcessLost,
@@ -60,7 +59,7 @@ def test_thousands_of_lines_arrive_once_and_in_order_across_repeated_drops(
             async for chunk in proc.output():
                 received += chunk.data
                 seqs.append(chunk.seq)
-                if received.count(b"\n") >= next_drop and drops < 9:
+                if received.count(b"\n") >= next_drop and env.state == "connected":
                     next_drop += 350
                     drops += await relay.drop(next(modes))
             result = await proc.wait()
@@ -68,9 +67,9 @@ def test_thousands_of_lines_arrive_once_and_in_order_across_repeated_drops(
             expected = "".join(f"line {i}\n" for i in range(1, lines + 1)).encode()
             assert bytes(received) == expected
             assert seqs == sorted(set(seqs))
-            assert drops >= 6
-            assert env.recoveries >= 6
-            assert relay.connections == env.recoveries + 1
+            assert drops >= 4
+            await until_connected(env, drops)
+            assert env.recoveries == drops
 
     arun(main(), timeout=60)
 
@@ -201,6 +200,26 @@ def test_a_gap_beyond_retention_fails_only_that_process() -> None:
         small.stop()
 
 
+def test_a_resume_retries_while_the_old_connection_is_still_attached(
+    daemon: RunningDaemon,
+) -> None:
+    """The client lost its connection, the daemon has not noticed yet: resuming gets
+    -32010 (already attached) until the daemon lets the old connection go."""
+
+    async def main() -> None:
+        async with FaultRelay(daemon.url) as relay, connect(relay.url) as env:
+            proc = await env.start(["/bin/sh", "-c", "sleep 0.5; echo late"], cwd="/tmp")
+            await relay.drop("rst", keep_upstream=True)
+            await relay.wait_connections(3)  # refused twice or more, and still trying
+            assert env.state == "recovering"
+            relay.release_upstreams()
+            result = await proc.collect()
+            assert (result.stdout, result.exit_code) == (b"late\n", 0)
+            await until_connected(env, 1)
+
+    arun(main())
+
+
 def test_past_the_deadline_every_call_and_handle_fails_with_one_error(
     daemon: RunningDaemon,
 ) -> None:
@@ -280,19 +299,19 @@ def test_close_leaks_no_task_and_no_descriptor(daemon: RunningDaemon) -> None:
         fds = descriptors()
         tasks = len(asyncio.all_tasks())
         relay = await FaultRelay(daemon.url).start()
-        env = await connect(relay.url)
-        proc = await env.start(["sleep", "30"], cwd="/tmp")
-        await relay.drop("rst")
-        await until_connected(env, 1)
-        await relay.drop("fin")
-        await until_connected(env, 2)
-        await env.run(["true"], cwd="/tmp")
-        await env.close()
-        with pytest.raises(SessionFailed):
-            await proc.wait()
-        with pytest.raises(ClientError):
-            await env.request("environment/status")
-        await relay.close()
+        try:
+            env = await connect(relay.url)
+            await env.start(["sleep", "30"], cwd="/tmp")
+            await relay.drop("rst")
+            await until_connected(env, 1)
+            await relay.drop("fin")
+            await until_connected(env, 2)
+            await env.run(["true"], cwd="/tmp")
+            await env.close()
+            with pytest.raises(SessionFailed, match="closed"):
+                await env.request("environment/status")
+        finally:
+            await relay.close()
         # Once closed, nothing of the client is left running or open.
         assert len(asyncio.all_tasks()) == tasks
         assert descriptors() == fds

@@ -155,12 +155,17 @@ class _Pair:
         finally:
             self.close("fin")
 
-    def close(self, mode: Literal["fin", "rst"]) -> None:
+    def close(self, mode: Literal["fin", "rst"], *, keep_upstream: bool = False) -> None:
         if self.closed:
             return
         self.closed = True
         self.relay.active.discard(self)
-        for writer in (self.client_writer, self.up_writer):
+        writers = [self.client_writer]
+        if keep_upstream:
+            self.relay.half_open.append(self.up_writer)
+        else:
+            writers.append(self.up_writer)
+        for writer in writers:
             if mode == "rst":
                 _reset(writer)
             else:
@@ -195,6 +200,8 @@ class FaultRelay:
         self.flowing_down.set()
         self.up_bytes = 0
         self.down_bytes = 0
+        #: Daemon sides of connections dropped with ``keep_upstream``.
+        self.half_open: list[asyncio.StreamWriter] = []
         self._armed: list[tuple[int, int]] = []
         self._pairs: list[_Pair] = []
         self._server: asyncio.Server | None = None
@@ -231,10 +238,19 @@ class FaultRelay:
         ``frame`` or later with a payload of ``min_payload`` bytes or more."""
         self._armed.append((frame, min_payload))
 
-    async def drop(self, mode: DropMode = "rst", *, timeout: float = 5.0) -> int:
+    async def drop(
+        self, mode: DropMode = "rst", *, timeout: float = 5.0, keep_upstream: bool = False
+    ) -> int:
         """Drop every active connection; returns how many there were. ``midframe`` waits
-        (up to ``timeout``) for the daemon to send something to cut, then resets anyway."""
+        (up to ``timeout``) for the daemon to send something to cut, then resets anyway.
+        ``keep_upstream`` drops only the client's side: the daemon goes on seeing a live
+        connection (its session stays attached) until ``release_upstreams``."""
         pairs = list(self.active)
+        if keep_upstream:
+            for pair in pairs:
+                pair.close("rst" if mode == "rst" else "fin", keep_upstream=True)
+            await asyncio.sleep(0)
+            return len(pairs)
         if mode == "midframe":
             for pair in pairs:
                 pair.cut = (0, 0)
@@ -250,6 +266,13 @@ class FaultRelay:
                 pair.close(mode)
         await asyncio.sleep(0)
         return len(pairs)
+
+    def release_upstreams(self) -> None:
+        """Close the daemon sides that ``drop(keep_upstream=True)`` left open."""
+        writers, self.half_open = self.half_open, []
+        for writer in writers:
+            with contextlib.suppress(Exception):
+                writer.close()
 
     def pause(self, direction: Direction = "both") -> None:
         """Hold the bytes going ``down`` (to the client), ``up`` (to the daemon) or both."""
@@ -275,6 +298,7 @@ class FaultRelay:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        self.release_upstreams()
         for pair in list(self._pairs):
             pair.close("fin")
         tasks = [task for pair in self._pairs for task in pair.tasks]
