@@ -10,6 +10,7 @@ import pytest
 from executor.client.errors import ClientError
 from executor.client.events import (
     Closed,
+    Event,
     Exited,
     ExitResult,
     OutputChunk,
@@ -38,7 +39,8 @@ def drain(events: ProcessEvents) -> list[int]:
 
 def test_out_of_order_events_are_published_in_seq_order_once() -> None:
     events = ProcessEvents("p")
-    for event in [chunk(3), chunk(1), chunk(1), Closed(5), chunk(2), Exited(4, ExitResult(0))]:
+    arrivals: list[Event] = [chunk(3), chunk(1), chunk(1), Closed(5), chunk(2)]
+    for event in [*arrivals, Exited(4, ExitResult(0))]:
         events.offer(event)
     events.offer(chunk(2))  # a late duplicate
     assert events.closed and events.exit == ExitResult(0)
@@ -48,8 +50,9 @@ def test_out_of_order_events_are_published_in_seq_order_once() -> None:
 def test_an_exit_waits_for_the_output_before_it() -> None:
     events = ProcessEvents("p")
     events.offer(Exited(2, ExitResult(3)))
-    assert events.exit is None  # seq 1 is not out yet
+    assert events.last_published == 0  # seq 1 is not out yet
     events.offer(chunk(1))
+    assert events.last_published == 2
     assert events.exit == ExitResult(3)
     assert not events.closed
 
