@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
+from bench import rawcount
 from bench.cases.fs import Expected
 from bench.client import BASE64, DECODED_BYTES, BenchClient, decoded_length
-from bench.harness import Case, Metric, our_command
+from bench.harness import Case, DaemonProcess, Metric, our_command
 from bench.run import discover, report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,6 +190,17 @@ def test_every_case_yields_every_metric(tmp_path: Path) -> None:
                 for role in ("client", "daemon"):
                     assert samples[f"{metric.name}.cpu.{role}"]["ours"], (metric.name, role)
                 assert metric.name in table.split("CPU in the timed window", 1)[1]
+
+
+@pytest.mark.slow
+def test_the_raw_counting_client_measures_our_daemon() -> None:
+    daemon = DaemonProcess(our_command())
+    daemon.start()
+    try:
+        rate, cpu = rawcount.measure(daemon.url)
+    finally:
+        daemon.stop()
+    assert rate > 0 and cpu >= 0
 
 
 @pytest.mark.slow
