@@ -134,10 +134,7 @@ class _Exec:
         try:
             if request.tty or stdin_open:
                 self.extended = await _has_extensions(self.env)
-            extra = None
-            if terminal is not None and self.extended:
-                rows, cols = terminal.size()
-                extra = {"size": {"rows": rows, "cols": cols}}
+            size = terminal.size() if terminal is not None and self.extended else None
             proc = await self.env.start(
                 request.argv,
                 cwd=None if cwd is None else self._remote(cwd),
@@ -147,7 +144,7 @@ class _Exec:
                 stdin=stdin_open and not request.tty,
                 sandbox=request.profile,
                 workspace_roots=[self._remote(root) for root in request.workspace_roots],
-                extra=extra,
+                size=size,
             )
         except ServerError as exc:
             where = f" in {cwd}" if cwd is not None else ""
@@ -256,8 +253,7 @@ class _Exec:
                     "way to): the command does not see the end of its input"
                 )
             return
-        params = {"processId": proc.id, "chunk": "", "writeId": uuid.uuid4().hex}
-        await self.env.request("process/write", params | {"closeStdin": True}, idempotent=True)
+        await proc.close_stdin()
 
     # --- signals and the terminal ---------------------------------------------------------
 
@@ -282,9 +278,7 @@ class _Exec:
     def _resize(self, terminal: _Terminal) -> None:
         if self.proc is None or not self.extended:
             return
-        rows, cols = terminal.size()
-        params = {"processId": self.proc.id, "size": {"rows": rows, "cols": cols}}
-        self._spawn(self.env.request("process/resizePty", params, idempotent=True), quiet=True)
+        self._spawn(self.proc.resize(*terminal.size()), quiet=True)
 
     def _spawn(self, coro: Any, *, quiet: bool = False) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = self.loop.create_task(_quietly(coro) if quiet else coro)

@@ -101,6 +101,7 @@ class Environment:
         process_id: str | None = None,
         arg0: str | None = None,
         env_policy: Mapping[str, Any] | None = None,
+        size: tuple[int, int] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> Process:
         """Start ``argv`` on the executor.
@@ -112,8 +113,9 @@ class Environment:
         ``pty``; stdin writable). ``stdin``: keep a stdin pipe to ``write`` to.
         ``sandbox``: ``None`` (unsandboxed), a profile name or file (turned into the wire
         intent here, from the same profiles ``executor run`` uses, with
-        ``workspace_roots``), or a wire ``SandboxContext`` dict. ``extra``: more
-        ``process/start`` params, sent as they are.
+        ``workspace_roots``), or a wire ``SandboxContext`` dict. ``size``: ``(rows, cols)``
+        of the terminal (``tty``; this executor's extension, ignored by the reference).
+        ``extra``: more ``process/start`` params, sent as they are.
         """
         if not argv:
             raise ClientError("argv must not be empty")
@@ -128,6 +130,8 @@ class Environment:
         }
         if arg0 is not None:
             params["arg0"] = arg0
+        if size is not None:
+            params["size"] = {"rows": size[0], "cols": size[1]}
         if env_policy is not None:
             params["envPolicy"] = dict(env_policy)
         elif env is None:

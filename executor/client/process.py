@@ -116,6 +116,25 @@ class Process:
                 raise StdinClosed(f"process {self.id} has no writable stdin")
             raise StdinClosed(f"process {self.id}: write refused ({status})")
 
+    async def close_stdin(self) -> None:
+        """End the process's stdin: it reads EOF (``process/write`` ``closeStdin``, this
+        executor's extension; the reference ignores the field, and its commands never see
+        the end of their input)."""
+        params = {
+            "processId": self.id,
+            "chunk": "",
+            "writeId": uuid.uuid4().hex,
+            "closeStdin": True,
+        }
+        # Closing twice is harmless: resent after a dropped connection, like terminate.
+        await self._link.call(methods.PROCESS_WRITE, params, idempotent=True)
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Give the process's terminal a new size (``process/resizePty``, this executor's
+        extension: the reference answers it with "method not found", a ``ServerError``)."""
+        params = {"processId": self.id, "size": {"rows": rows, "cols": cols}}
+        await self._link.call(methods.PROCESS_RESIZE_PTY, params, idempotent=True)
+
     async def signal(self, signal: str = "interrupt") -> None:
         """Send a signal: ``interrupt`` (SIGINT to its process group, or ^C to its
         terminal) is the one the protocol has."""

@@ -89,6 +89,37 @@ def test_a_terminal_echoes_and_an_interrupt_reaches_it(daemon: RunningDaemon) ->
     arun(main())
 
 
+def test_closing_stdin_ends_the_commands_input(daemon: RunningDaemon) -> None:
+    async def main() -> None:
+        async with connect(daemon.url) as env:
+            proc = await env.start(["wc", "-c"], cwd="/tmp", stdin=True)
+            await proc.write(b"twelve bytes")
+            await proc.close_stdin()
+            result = await proc.collect()
+            assert (result.exit_code, result.stdout.strip()) == (0, b"12")
+
+    arun(main())
+
+
+def test_a_terminal_of_a_given_size_follows_a_resize(daemon: RunningDaemon) -> None:
+    async def main() -> None:
+        async with connect(daemon.url) as env:
+            proc = await env.start(
+                ["sh", "-c", "stty size; read x; stty size"], cwd="/tmp", tty=True, size=(30, 100)
+            )
+            output = proc.output()
+            seen = b""
+            while b"30 100" not in seen:
+                seen += (await anext(output)).data
+            await proc.resize(40, 120)
+            await proc.write(b"\n")
+            while b"40 120" not in seen:
+                seen += (await anext(output)).data
+            assert (await proc.wait()).exit_code == 0
+
+    arun(main())
+
+
 def test_server_errors_carry_code_and_method(daemon: RunningDaemon) -> None:
     async def main() -> None:
         async with connect(daemon.url) as env:
