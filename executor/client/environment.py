@@ -9,7 +9,7 @@ from typing import Any
 
 from executor.client.errors import ClientError
 from executor.client.fs import FileSystem
-from executor.client.paths import path_uri, sandbox_context
+from executor.client.paths import path_uri, sandbox_params
 from executor.client.process import Process, RunResult
 from executor.client.recovery import Link
 from executor.client.transport import connector_for
@@ -137,9 +137,7 @@ class Environment:
         elif env is None:
             params["envPolicy"] = dict(CORE_ENV_POLICY)
         if sandbox is not None:
-            params["sandbox"] = sandbox_context(
-                sandbox, workspace_roots=workspace_roots, cwd=cwd_uri
-            )
+            params.update(sandbox_params(sandbox, workspace_roots=workspace_roots, cwd=cwd_uri))
         params.update(extra or {})
         events, result = await self._link.start_process(params["processId"], params)
         return Process(

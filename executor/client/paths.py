@@ -9,7 +9,7 @@ from executor.client.errors import ClientError
 from executor.errors import ConfigError, RequestError
 from executor.protocol.paths import parse_path_uri, to_uri
 
-__all__ = ["native_path", "path_uri", "sandbox_context"]
+__all__ = ["native_path", "path_uri", "sandbox_context", "sandbox_params"]
 
 
 def path_uri(path: str) -> str:
@@ -40,8 +40,27 @@ def sandbox_context(
     """The wire ``sandbox`` object: a dict as it is; a profile name (or ``.toml`` file)
     compiled here, from the same profiles ``executor run`` uses, for ``workspace_roots``
     and the policy ``cwd`` (default: the first workspace root)."""
+    context: dict[str, Any] = sandbox_params(sandbox, workspace_roots=workspace_roots, cwd=cwd)[
+        "sandbox"
+    ]
+    return context
+
+
+def sandbox_params(
+    sandbox: str | Mapping[str, Any],
+    *,
+    workspace_roots: Sequence[str] = (),
+    cwd: str | None = None,
+) -> dict[str, Any]:
+    """The ``process/start`` params that carry ``sandbox`` (see ``sandbox_context``).
+
+    A profile in proxy mode adds ``enforceManagedNetwork`` and ``networkProxy`` with its
+    host patterns: the wire's permission profile says only "network enabled", and without
+    them the command would get the full network. Its ``local_ports`` have no wire form and
+    are not sent (less access, never more)."""
     if not isinstance(sandbox, str):
-        return dict(sandbox)
+        return {"sandbox": dict(sandbox)}
+    from executor.sandbox.network import NetworkAccess
     from executor.sandbox.profiles import load_profile
 
     try:
@@ -49,6 +68,25 @@ def sandbox_context(
     except ConfigError as exc:
         raise ClientError(f"profile {sandbox}: {exc}") from exc
     roots = tuple(native_path(root) for root in workspace_roots)
-    return profile.wire_context(
-        workspace_roots=roots, cwd=native_path(cwd) if cwd is not None else None
-    )
+    params: dict[str, Any] = {
+        "sandbox": profile.wire_context(
+            workspace_roots=roots, cwd=native_path(cwd) if cwd is not None else None
+        )
+    }
+    network = profile.network
+    if network.mode is NetworkAccess.PROXY:
+        domains = dict.fromkeys(network.allow, "allow") | dict.fromkeys(network.deny, "deny")
+        params["enforceManagedNetwork"] = True
+        params["networkProxy"] = {
+            "proxy": {
+                "enabled": True,
+                "enableSocks5": True,
+                "enableSocks5Udp": False,
+                "allowUpstreamProxy": False,
+                "dangerouslyAllowAllUnixSockets": False,
+                "mode": "full",
+                "allowLocalBinding": network.local_binding,
+                "domains": domains,
+            }
+        }
+    return params

@@ -292,3 +292,33 @@ def test_stdio_loss_fails_at_once(tmp_path: Path) -> None:
         await env.close()
 
     arun(main(), timeout=10)
+
+
+@pytest.mark.enforcement
+def test_a_proxy_mode_profile_runs_behind_the_executors_proxy(daemon: RunningDaemon) -> None:
+    """The wire's permission profile only says "network enabled": a proxy-mode profile goes
+    as networkProxy with its host patterns, never as the full network."""
+    skip_unless(sys.platform.startswith("linux") and os.geteuid() == 0, "proxy mode needs root")
+    probe = (
+        "import os, urllib.request as u\n"
+        "print(os.environ.get('HTTPS_PROXY', 'no proxy'))\n"
+        "try:\n"
+        "    u.urlopen('http://not-listed.invalid/', timeout=5)\n"
+        "except Exception as exc:\n"
+        "    print(getattr(exc, 'code', exc))\n"
+    )
+
+    async def main() -> None:
+        async with connect(daemon.url) as env:
+            with tempfile.TemporaryDirectory() as workspace:
+                result = await env.run(
+                    [sys.executable, "-I", "-c", probe],
+                    cwd=workspace,
+                    sandbox="workspace-proxy",
+                    workspace_roots=[workspace],
+                )
+        lines = result.stdout.decode().splitlines()
+        assert lines[0].startswith("http://127.0.0.1:")
+        assert lines[1] == "403"
+
+    arun(main())
