@@ -59,6 +59,21 @@ class ChildEnvironment:
     withheld: tuple[str, ...] = ()
 
 
+def env_settings(settings: Sequence[str], ours: Mapping[str, str]) -> dict[str, str]:
+    """``--env`` values (``run`` and ``exec``): ``NAME=VALUE``, or ``NAME`` for our own value
+    (left unset if we have none)."""
+    env: dict[str, str] = {}
+    for setting in settings:
+        name, sep, value = setting.partition("=")
+        if not name or "\0" in setting:
+            raise ConfigError(f"--env {setting!r}: expected NAME=VALUE or NAME")
+        if sep:
+            env[name] = value
+        elif name in ours:
+            env[name] = ours[name]
+    return env
+
+
 def child_environment(
     ours: Mapping[str, str], settings: Sequence[str], *, clear: bool, inherit: bool
 ) -> ChildEnvironment:
@@ -71,15 +86,7 @@ def child_environment(
     The filtering is the daemon's own (``envpolicy.build_environment``), so ``run`` and an
     ``envPolicy`` without ``ignoreDefaultExcludes`` agree on what a secret looks like.
     """
-    explicit: dict[str, str] = {}
-    for setting in settings:
-        name, sep, value = setting.partition("=")
-        if not name or "\0" in setting:
-            raise ConfigError(f"--env {setting!r}: expected NAME=VALUE or NAME")
-        if sep:
-            explicit[name] = value
-        elif name in ours:
-            explicit[name] = ours[name]
+    explicit = env_settings(settings, ours)
     policy = EnvPolicy(
         inherit=Inherit.NONE if clear else Inherit.ALL,
         ignore_default_excludes=inherit,

@@ -96,20 +96,6 @@ def add_exec(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
 
 
-def _settings(settings: list[str], ours: dict[str, str]) -> dict[str, str]:
-    """``--env`` values: ``NAME=VALUE``, or ``NAME`` for our own value (none: not set)."""
-    env: dict[str, str] = {}
-    for setting in settings:
-        name, sep, value = setting.partition("=")
-        if not name or "\0" in setting:
-            raise ConfigError(f"--env {setting!r}: expected NAME=VALUE or NAME")
-        if sep:
-            env[name] = value
-        elif name in ours:
-            env[name] = ours[name]
-    return env
-
-
 def _token(path: str | None) -> str | None:
     if path is None:
         return None
@@ -128,6 +114,7 @@ def _token(path: str | None) -> str | None:
 def exec_main(args: argparse.Namespace) -> int:
     """``executor exec``: usage errors raise ``ConfigError`` (exit 2)."""
     from executor.remote_exec import ExecRequest, exec_command
+    from executor.runner import env_settings
 
     argv = list(args.argv)
     if argv and argv[0] == "--":
@@ -144,7 +131,7 @@ def exec_main(args: argparse.Namespace) -> int:
         load_profile(args.profile)  # a profile that does not load is a usage error
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     use_tty = args.tty if args.tty is not None else interactive
-    env = _settings(args.env or [], dict(os.environ))
+    env = env_settings(args.env or [], os.environ)
     if use_tty and "TERM" in os.environ:
         env.setdefault("TERM", os.environ["TERM"])
     policy: dict[str, Any] = {

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from executor.client.errors import ClientError
 
-__all__ = ["Closed", "Event", "ExitResult", "Exited", "OutputChunk", "ProcessEvents"]
+__all__ = ["Changes", "Closed", "Event", "ExitResult", "Exited", "OutputChunk", "ProcessEvents"]
 
 Stream = Literal["stdout", "stderr", "pty"]
 
@@ -81,6 +81,30 @@ def event_from_notification(method: str, params: dict[str, Any]) -> Event | None
     return None
 
 
+class Changes:
+    """Something changed: ``wait`` until the next ``notify`` (every waiter wakes)."""
+
+    def __init__(self) -> None:
+        self._waiters: list[asyncio.Future[None]] = []
+
+    async def wait(self) -> None:
+        """Until the next ``notify``."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def notify(self) -> None:
+        """Wake everyone waiting now."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
 class ProcessEvents:
     """The ordering buffer and the published state of one process."""
 
@@ -97,7 +121,7 @@ class ProcessEvents:
         #: Set when the process can no longer be followed (lost gap, session failed).
         self.failure: ClientError | None = None
         self._chunks: deque[OutputChunk] = deque()
-        self._waiters: list[asyncio.Future[None]] = []
+        self._changes = Changes()
         #: Called once, when the close has been published (the owner forgets the process).
         self.on_closed: Any = None
 
@@ -162,7 +186,7 @@ class ProcessEvents:
             return
         self.failure = error
         self.pending.clear()
-        self._wake()
+        self._changes.notify()
 
     async def next_chunk(self) -> OutputChunk | None:
         """The next published chunk; ``None`` after the close; the failure, raised."""
@@ -173,7 +197,7 @@ class ProcessEvents:
                 return None
             if self.failure is not None:
                 raise self.failure
-            await self._changed()
+            await self._changes.wait()
 
     async def wait_exit(self) -> ExitResult:
         """The exit, once published; the failure, raised, if it never will be."""
@@ -184,7 +208,7 @@ class ProcessEvents:
                 raise self.failure
             if self.closed:  # a close always follows an exit; defensive
                 raise ClientError(f"process {self.process_id} closed without an exit")
-            await self._changed()
+            await self._changes.wait()
 
     def _first_missing(self, target: int) -> int:
         seq = self.last_published + 1
@@ -208,19 +232,4 @@ class ProcessEvents:
                     self.on_closed(self)
                 break
         if published:
-            self._wake()
-
-    async def _changed(self) -> None:
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-
-    def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+            self._changes.notify()

@@ -36,7 +36,7 @@ from executor.client.errors import (
     ServerError,
     SessionFailed,
 )
-from executor.client.events import ProcessEvents, event_from_notification
+from executor.client.events import Changes, ProcessEvents, event_from_notification
 from executor.client.rpc import RpcConnection
 from executor.client.transport import Connector, is_permanent_connect_error
 from executor.protocol import methods
@@ -92,7 +92,7 @@ class Link:
         #: Ids of ambiguous starts, terminated once a connection is back.
         self._orphans: set[str] = set()
         self._active_starts = 0
-        self._waiters: list[asyncio.Future[None]] = []
+        self._changes = Changes()
         self._recovery: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._generation = 0
@@ -147,7 +147,7 @@ class Link:
             return False
         self._rpc = rpc
         self.status = Status.CONNECTED
-        self._notify_change()
+        self._changes.notify()
         return True
 
     async def connection(self) -> RpcConnection:
@@ -159,7 +159,7 @@ class Link:
             rpc = self._rpc
             if self.status is Status.CONNECTED and rpc is not None and not rpc.closed:
                 return rpc
-            await self._changed()
+            await self._changes.wait()
 
     # -- calls ------------------------------------------------------------------------
 
@@ -208,7 +208,7 @@ class Link:
                 raise
             finally:
                 self._active_starts -= 1
-                self._notify_change()
+                self._changes.notify()
             events.recoverable = True
             return events, result or {}
 
@@ -233,7 +233,7 @@ class Link:
             return  # a candidate connection, or one replaced already
         self.status = Status.RECOVERING
         self._rpc = None
-        self._notify_change()
+        self._changes.notify()
         _log.info("executor client: connection lost (%s); recovering", reason)
         self._recovery = asyncio.get_running_loop().create_task(
             self._recover(reason), name="executor-client-recovery"
@@ -284,7 +284,7 @@ class Link:
 
     async def _starts_settled(self) -> None:
         while self._active_starts:
-            await self._changed()
+            await self._changes.wait()
 
     async def _resume_once(self) -> RpcConnection:
         rpc = await self._handshake(self.session_id)
@@ -342,7 +342,7 @@ class Link:
             events.fail(SessionFailed(message))
         self.processes.clear()
         self._orphans.clear()
-        self._notify_change()
+        self._changes.notify()
 
     @property
     def failure(self) -> str | None:
@@ -377,20 +377,3 @@ class Link:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    # -- change notification ----------------------------------------------------------
-
-    async def _changed(self) -> None:
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-
-    def _notify_change(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)

@@ -15,12 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from executor_linux.cgroups import remove, sweep
+from executor_linux.cgroups import inside, remove, sweep
 
 __all__ = [
     "BASE_NAME",
     "Hierarchy",
-    "below",
     "cgroup2_mounts",
     "find_hierarchy",
     "own_cgroup",
@@ -84,17 +83,6 @@ def cgroup2_mounts(mountinfo: str) -> list[tuple[str, str, set[str]]]:
     return found
 
 
-def below(path: str, root: str) -> str | None:
-    """``path`` relative to the mount ``root``, or None when that mount does not show it."""
-    if root == "/":
-        return path.lstrip("/")
-    if path == root:
-        return ""
-    if path.startswith(root.rstrip("/") + "/"):
-        return path[len(root.rstrip("/")) + 1 :]
-    return None
-
-
 def _syscall(number: int, *args: object) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
@@ -140,7 +128,7 @@ def find_hierarchy(*, private: bool = False) -> Hierarchy:
     own = own_cgroup(read("/proc/self/cgroup"))
     if not private and own is not None:
         for root, point, _options in mounts:
-            relative = below(own, root)
+            relative = inside(own, root)
             if relative is not None:
                 return Hierarchy(os.path.join(point, relative).rstrip("/") or "/")
     # Keep the hierarchy's options as they are if some mount shows them (see the docstring).

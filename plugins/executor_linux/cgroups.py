@@ -47,6 +47,7 @@ __all__ = [
     "cgroup_support",
     "command_cgroups",
     "discover",
+    "inside",
     "remove",
     "sweep",
 ]
@@ -121,7 +122,7 @@ def _mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
     return found
 
 
-def _inside(path: str, root: str) -> str | None:
+def inside(path: str, root: str) -> str | None:
     """``path`` relative to the mount ``root``, or None when the mount does not show it."""
     if root == "/":
         return path.lstrip("/")
@@ -157,14 +158,14 @@ def discover(
         for fstype, root, point, options in mounts:
             if fstype != "cgroup" or controller not in options or controller not in v1_paths:
                 continue
-            relative = _inside(v1_paths[controller], root)
+            relative = inside(v1_paths[controller], root)
             if relative is not None:
                 hierarchies[controller] = Hierarchy(1, os.path.join(point, relative).rstrip("/"))
                 break
     unified = None
     if v2_path is not None:
         for fstype, root, point, _options in mounts:
-            relative = _inside(v2_path, root) if fstype == "cgroup2" else None
+            relative = inside(v2_path, root) if fstype == "cgroup2" else None
             if relative is not None:
                 unified = os.path.join(point, relative).rstrip("/") or "/"
                 break

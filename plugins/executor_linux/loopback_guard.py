@@ -89,7 +89,6 @@ from executor_linux import bpf
 from executor_linux.bpf import BpfObject
 from executor_linux.cgroup2 import (
     Hierarchy,
-    below,
     cgroup2_mounts,
     find_hierarchy,
     own_cgroup,
@@ -97,6 +96,7 @@ from executor_linux.cgroup2 import (
     remove,
     sweep,
 )
+from executor_linux.cgroups import inside
 from executor_linux.local_addresses import local_prefixes
 from executor_linux.loopback_programs import GuardMaps
 
@@ -297,7 +297,7 @@ def loopback_guard_support() -> tuple[bool, str]:
     visible = [
         os.path.join(point, relative)
         for root, point, _o in mounts
-        if own is not None and (relative := below(own, root)) is not None
+        if own is not None and (relative := inside(own, root)) is not None
     ]
     if visible and not os.access(visible[0], os.W_OK):
         return False, f"the daemon's cgroup-v2 cgroup {visible[0]} is not writable"
