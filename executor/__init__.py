@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+import functools
 
-try:
-    __version__ = version("executor-daemon")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0"
+__all__ = ["__version__"]
+
+
+@functools.cache
+def _version() -> str:
+    # Looked up on first use: importlib.metadata costs a short command (`executor exec`) a
+    # large share of its start-up, and only `--version` and the daemon's info need it.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("executor-daemon")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0.0.0"
+
+
+def __getattr__(name: str) -> str:
+    if name == "__version__":
+        return _version()
+    raise AttributeError(f"module 'executor' has no attribute {name!r}")

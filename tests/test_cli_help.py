@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -42,3 +43,33 @@ def test_every_serve_option_is_explained() -> None:
             index + 1 < len(lines) and lines[index + 1].startswith(" " * 20)
         )
         assert explained, f"no help text for {line.strip()}"
+
+
+def test_the_command_list_is_the_same_without_serves_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Other commands build the parser without serve's options (they cost the import of the
+    daemon); `executor --help` must read the same either way."""
+    from executor import cli
+
+    assert cli.build_parser().format_help() == cli.build_parser(serve_options=False).format_help()
+
+
+def test_exec_and_version_do_not_load_the_daemon() -> None:
+    """`executor exec` runs once per command from scripts: its start-up must not import the
+    daemon, the sandbox backends' API or the package metadata machinery."""
+    probe = (
+        "import sys\n"
+        "from executor import cli\n"
+        "try:\n"
+        "    cli.main(['exec', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = sorted(m for m in sys.modules if m in {'executor.daemon', 'executor.server',"
+        " 'executor.sandbox', 'executor.process', 'pluggy'})\n"
+        "print(heavy, file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert result.stderr.strip().splitlines()[-1] == "[]"

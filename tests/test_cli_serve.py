@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+import executor.logs
+import executor.serve
 from executor import cli
 from executor.cli.serve_options import daemon_config, websocket_options
 from executor.daemon import DaemonConfig
@@ -176,8 +178,8 @@ def test_state_dir_is_passed_on_not_put_into_the_environment(
         seen.append(config)
         return 0
 
-    monkeypatch.setattr(cli, "serve", fake_serve)
-    monkeypatch.setattr(cli, "configure_logging", lambda *args: None)
+    monkeypatch.setattr(executor.serve, "serve", fake_serve)
+    monkeypatch.setattr(executor.logs, "configure_logging", lambda *args: None)
     before = dict(os.environ)
     assert cli.main(["serve", "--listen", "stdio", "--state-dir", "link/state"]) == 0
     assert dict(os.environ) == before
