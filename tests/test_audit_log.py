@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 
 from executor import audit
+from executor.client import ServerError, SyncEnvironment
 from executor.logs import configure_logging
 from tests.http.servers import HttpServer, serve
 from tests.sandbox.wire import context, managed, special
-from tests.support.client import RpcError, WsClient
+from tests.support.client import RpcError
 from tests.support.daemon import RunningDaemon
 from tests.support.enforcement import skip_unless
 from tests.support.processes import eventually
@@ -63,11 +64,10 @@ def daemon() -> Iterator[RunningDaemon]:
 
 
 @pytest.fixture
-def client(daemon: RunningDaemon) -> Iterator[tuple[WsClient, str]]:
-    """A connection with its session id."""
-    with daemon.client() as connection:
-        session = connection.initialize("audit")["sessionId"]
-        yield connection, session
+def client(daemon: RunningDaemon) -> Iterator[tuple[SyncEnvironment, str]]:
+    """A session of the shipped client, with its id."""
+    with daemon.connect("audit") as connection:
+        yield connection, connection.session_id
 
 
 def audit_records(daemon: RunningDaemon) -> list[dict[str, Any]]:
@@ -98,15 +98,17 @@ def assert_no_secret(daemon: RunningDaemon) -> None:
     assert not [secret for secret in SECRETS if secret in log]
 
 
-def test_a_process_start_and_exit(daemon: RunningDaemon, client: tuple[WsClient, str]) -> None:
+def test_a_process_start_and_exit(
+    daemon: RunningDaemon, client: tuple[SyncEnvironment, str]
+) -> None:
     """Start: who, what, where, under what; exit: code, verdict, duration. No environment."""
     connection, session = client
     connection.run(
-        "audited",
         ["/bin/sh", "-c", 'test -n "$AUDIT_DAEMON_MARKER" && exit 3'],
-        cwd="file:///tmp",
+        process_id="audited",
+        cwd="/tmp",
         env={"CHILD_SECRET": CHILD_ENV_SECRET, "PATH": "/usr/bin:/bin"},
-        envPolicy={
+        env_policy={
             "inherit": "all",
             "ignoreDefaultExcludes": True,
             "exclude": [],
@@ -134,18 +136,20 @@ def test_a_process_start_and_exit(daemon: RunningDaemon, client: tuple[WsClient,
     assert_no_secret(daemon)
 
 
-def test_a_signal_death_is_named(daemon: RunningDaemon, client: tuple[WsClient, str]) -> None:
+def test_a_signal_death_is_named(
+    daemon: RunningDaemon, client: tuple[SyncEnvironment, str]
+) -> None:
     connection, session = client
-    connection.run("killed", ["/bin/sh", "-c", "kill -TERM $$"])
+    connection.run(["/bin/sh", "-c", "kill -TERM $$"], process_id="killed")
     exited = wait_for(daemon, lambda r: r["event"] == "process.exit" and r["session"] == session)
     assert (exited["exitCode"], exited["signal"]) == (143, "SIGTERM")
 
 
-def test_argv_is_bounded(daemon: RunningDaemon, client: tuple[WsClient, str]) -> None:
+def test_argv_is_bounded(daemon: RunningDaemon, client: tuple[SyncEnvironment, str]) -> None:
     """A 3 KiB argv logs its first KiB, marked as cut, with its real length."""
     connection, session = client
     long = "x" * 3000
-    connection.run("long", ["/bin/echo", "a", long, "b"])
+    connection.run(["/bin/echo", "a", long, "b"], process_id="long")
     start = wait_for(daemon, lambda r: r["event"] == "process.start" and r["session"] == session)
     assert start["argv"][:2] == ["/bin/echo", "a"]
     assert len(start["argv"]) == 3 and start["argv"][2].endswith("…")
@@ -153,7 +157,9 @@ def test_argv_is_bounded(daemon: RunningDaemon, client: tuple[WsClient, str]) ->
     assert start["argvTruncated"] == len("/bin/echo") + 1 + 3000 + 1
 
 
-def test_file_changes(daemon: RunningDaemon, client: tuple[WsClient, str], tmp_path: Path) -> None:
+def test_file_changes(
+    daemon: RunningDaemon, client: tuple[SyncEnvironment, str], tmp_path: Path
+) -> None:
     """writeFile, createDirectory, copy, open for writing and remove: one line each, no
     contents; reads and block writes leave none."""
     connection, session = client
@@ -210,7 +216,7 @@ def server() -> Iterator[HttpServer]:
 
 
 def test_http_requests(
-    daemon: RunningDaemon, client: tuple[WsClient, str], server: HttpServer
+    daemon: RunningDaemon, client: tuple[SyncEnvironment, str], server: HttpServer
 ) -> None:
     """Method, host, port, path, status, sizes, duration; no query, header value or body."""
     connection, session = client
@@ -238,7 +244,7 @@ def test_http_requests(
 
 
 def test_a_streamed_request_is_logged_when_its_body_ends(
-    daemon: RunningDaemon, client: tuple[WsClient, str], server: HttpServer
+    daemon: RunningDaemon, client: tuple[SyncEnvironment, str], server: HttpServer
 ) -> None:
     connection, session = client
     params = {"method": "GET", "url": server.url("/bytes/100000"), "requestId": "s"}
@@ -248,10 +254,10 @@ def test_a_streamed_request_is_logged_when_its_body_ends(
     assert "error" not in line
 
 
-def test_refusals(daemon: RunningDaemon, client: tuple[WsClient, str]) -> None:
+def test_refusals(daemon: RunningDaemon, client: tuple[SyncEnvironment, str]) -> None:
     """A refused request: who, which method, the error; a refused start also says what."""
     connection, session = client
-    with pytest.raises(RpcError):
+    with pytest.raises(ServerError):
         connection.request("process/read", {"processId": "nope"})
     refused = wait_for(
         daemon, lambda r: r["event"] == "refused" and r.get("method") == "process/read"
@@ -259,16 +265,12 @@ def test_refusals(daemon: RunningDaemon, client: tuple[WsClient, str]) -> None:
     assert (refused["session"], refused["code"]) == (session, -32600)
     assert refused["error"] == "unknown process id nope" and PEER.fullmatch(refused["peer"])
     assert refused["message"] == "refused"
-    with pytest.raises(RpcError):
-        connection.request(
-            "process/start",
-            {
-                "processId": "missing",
-                "argv": ["/no/such/program", "--flag"],
-                "cwd": "file:///tmp",
-                "env": {"CHILD_SECRET": CHILD_ENV_SECRET},
-                "tty": False,
-            },
+    with pytest.raises(ServerError):
+        connection.start(
+            ["/no/such/program", "--flag"],
+            process_id="missing",
+            cwd="/tmp",
+            env={"CHILD_SECRET": CHILD_ENV_SECRET},
         )
     start = wait_for(daemon, lambda r: r["event"] == "refused" and r.get("processId") == "missing")
     assert start["operation"] == "process.start" and start["method"] == "process/start"
@@ -296,7 +298,7 @@ def linux_sandbox_available() -> bool:
 
 @pytest.mark.enforcement
 def test_a_sandbox_denial_names_the_enforcement(
-    daemon: RunningDaemon, client: tuple[WsClient, str], tmp_path: Path
+    daemon: RunningDaemon, client: tuple[SyncEnvironment, str], tmp_path: Path
 ) -> None:
     """A read-only sandbox: the start says what enforces it; the denied write's exit says
     ``sandboxDenied`` and why. The same write without a sandbox works."""
@@ -305,9 +307,9 @@ def test_a_sandbox_denial_names_the_enforcement(
     marker = tmp_path / "written"
     read_only = context(managed(special("root", "read")))
     connection.run(
-        "denied",
         ["/bin/sh", "-c", f"echo x > {marker}"],
-        cwd=f"file://{tmp_path}",
+        process_id="denied",
+        cwd=str(tmp_path),
         sandbox=read_only,
     )
     assert not marker.exists()
@@ -316,7 +318,7 @@ def test_a_sandbox_denial_names_the_enforcement(
     exited = wait_for(daemon, lambda r: r["event"] == "process.exit" and r["session"] == session)
     assert exited["sandboxDenied"] is True and exited["exitCode"] != 0
     assert exited["denial"] and exited["enforcement"]
-    connection.run("allowed", ["/bin/sh", "-c", f"echo x > {marker}"], cwd=f"file://{tmp_path}")
+    connection.run(["/bin/sh", "-c", f"echo x > {marker}"], cwd=str(tmp_path))
     assert marker.exists()
 
 
@@ -324,8 +326,8 @@ def test_text_format_has_key_value_pairs(tmp_path: Path) -> None:
     """Without ``--log-format json``, the fields follow the message as ``key=value``."""
     daemon = RunningDaemon()
     try:
-        with daemon.session() as connection:
-            connection.run("plain", ["/bin/echo", "two words"], cwd=f"file://{tmp_path}")
+        with daemon.connect() as connection:
+            connection.run(["/bin/echo", "two words"], process_id="plain", cwd=str(tmp_path))
     finally:
         daemon.stop()
     line = next(

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from executor.client import connect_sync
 from tests.executor_linux.conftest import linux_sandbox_available
 from tests.sandbox.wire import context, managed, special
-from tests.support.client import WsClient, output_of
 from tests.support.daemon import RunningDaemon
 from tests.support.enforcement import skip_unless
 
@@ -54,18 +54,14 @@ def test_a_sandbox_cannot_read_the_token_file(
 ) -> None:
     """Under a profile that reads everything, the token reads as denied; its neighbour works."""
     daemon, token_file, neighbour = secrets
-    client = WsClient(daemon.url, additional_headers={"Authorization": f"Bearer {TOKEN}"})
     script = (
         f"cat {neighbour}; "
         f"if cat {token_file} 2>/dev/null; then echo TOKEN-READ; else echo token-denied; fi"
     )
-    try:
-        client.initialize("secret-files")
-        sandbox = context(managed(special("root", "read"), network=network), cwd="/tmp")
-        _, events = client.run("p", ["/bin/sh", "-c", script], sandbox=sandbox)
-    finally:
-        client.close()
-    out = output_of(events).decode()
+    sandbox = context(managed(special("root", "read"), network=network), cwd="/tmp")
+    with connect_sync(daemon.url, token=TOKEN, client_name="secret-files") as client:
+        result = client.run(["/bin/sh", "-c", script], sandbox=sandbox, cwd="/tmp")
+    out = (result.stdout + result.stderr).decode()
     assert "neighbour is readable" in out
     assert "token-denied" in out
     assert TOKEN not in out and "TOKEN-READ" not in out

@@ -63,15 +63,13 @@ def test_blocked_plugins_are_not_loaded(monkeypatch: pytest.MonkeyPatch) -> None
 
 def run_in_daemon(env: dict[str, str], argv: list[str]) -> tuple[str, str]:
     """Run one read-only-sandboxed command through a fresh daemon; (sandboxType, stdout)."""
-    from executor.sandbox.profiles import default_library
-    from tests.support.client import output_of
-
     daemon = RunningDaemon(env=env)
     try:
-        with daemon.session() as client:
-            sandbox = default_library().get("read-only").wire_context(cwd="/tmp")
-            result, events = client.run("p", argv, sandbox=sandbox, env={"PATH": "/usr/bin:/bin"})
-            return result["sandboxType"], output_of(events, "stdout").decode()
+        with daemon.connect() as client:
+            process = client.start(
+                argv, sandbox="read-only", cwd="/tmp", env={"PATH": "/usr/bin:/bin"}
+            )
+            return process.sandbox_type, process.collect().stdout.decode()
     finally:
         daemon.stop()
 

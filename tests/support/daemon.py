@@ -1,4 +1,10 @@
-"""Start a real daemon through its console script, on loopback with a free port."""
+"""Start a real daemon through its console script, on loopback with a free port.
+
+Tests drive it the way its users do, through ``executor.client`` (``RunningDaemon.connect``).
+Tests of the protocol itself — exact messages, malformed input, ordering on the wire — use
+the wire-level clients of ``tests.support.client``, which send whatever they are told to
+and hide nothing the daemon sent.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from executor.client import SyncEnvironment, connect_sync
 from tests.support.client import StdioClient, WsClient
 
 EXECUTOR = Path(sys.executable).with_name("executor")
@@ -60,10 +67,15 @@ class RunningDaemon:
         return WsClient(self.url, **kwargs)
 
     def session(self, name: str = "test") -> WsClient:
-        """A new connection that has completed the handshake."""
+        """A new wire-level connection that has completed the handshake."""
         client = self.client()
         client.initialize(name)
         return client
+
+    def connect(self, name: str = "test", **options: object) -> SyncEnvironment:
+        """A session of the shipped client (``executor.client``), as a user would drive the
+        daemon; ``client``/``session`` are for tests that pin the wire itself."""
+        return connect_sync(self.url, client_name=name, **options)
 
     def log(self) -> str:
         """Everything the daemon logged so far (all of it, after ``stop``)."""
