@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from executor.client import connect_sync
 from executor.errors import ConfigError
 from executor.transports.auth import (
     INVALID_HEADER,
@@ -24,7 +25,6 @@ from executor.transports.auth import (
     from_flags,
 )
 from executor.transports.handshake import Response, Upgrade, parse_head, route
-from tests.support.client import WsClient
 from tests.support.daemon import RunningDaemon, executor_command
 from tests.support.rawws import http_request, upgrade_headers
 
@@ -214,13 +214,9 @@ def daemon(token_file: Path) -> Iterator[RunningDaemon]:
 
 
 def test_the_right_token_opens_a_working_session(daemon: RunningDaemon) -> None:
-    client = WsClient(daemon.url, additional_headers={"Authorization": f"Bearer {TOKEN}"})
-    try:
-        client.initialize("auth-test")
-        _, events = client.run("p", ["/bin/echo", "authenticated"])
-    finally:
-        client.close()
-    assert events[-1]["method"] == "process/closed"
+    with connect_sync(daemon.url, token=TOKEN, client_name="auth-test") as client:
+        result = client.run(["/bin/echo", "authenticated"])
+    assert (result.exit_code, result.stdout) == (0, b"authenticated\n")
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from executor.client import connect_sync
 from executor.errors import ConfigError
 from executor.transports.auth import (
     EXPIRED_JWT,
@@ -32,7 +33,6 @@ from executor.transports.auth import (
     WRONG_ISSUER,
     SignedBearerToken,
 )
-from tests.support.client import WsClient
 from tests.support.daemon import RunningDaemon, executor_command
 from tests.support.rawws import http_request, upgrade_headers
 
@@ -230,13 +230,9 @@ def daemon(tmp_path: Path) -> Iterator[RunningDaemon]:
 
 def test_a_valid_jwt_opens_a_working_session(daemon: RunningDaemon) -> None:
     token = jwt({**VALID, "exp": int(time.time()) + 60})
-    client = WsClient(daemon.url, additional_headers={"Authorization": f"Bearer {token}"})
-    try:
-        client.initialize("jwt-test")
-        _, events = client.run("p", ["/bin/echo", "signed"])
-    finally:
-        client.close()
-    assert events[-1]["method"] == "process/closed"
+    with connect_sync(daemon.url, token=token, client_name="jwt-test") as client:
+        result = client.run(["/bin/echo", "signed"])
+    assert (result.exit_code, result.stdout) == (0, b"signed\n")
 
 
 def test_an_expired_jwt_gets_401(daemon: RunningDaemon) -> None:
@@ -254,11 +250,8 @@ def test_hostile_tokens_get_401_and_the_daemon_keeps_serving(daemon: RunningDaem
         )
         assert (name, answer.status, answer.body.decode()) == (name, 401, INVALID_JWT)
     good = jwt({**VALID, "exp": int(time.time()) + 60})
-    client = WsClient(daemon.url, additional_headers={"Authorization": f"Bearer {good}"})
-    try:
-        client.initialize("after-hostile-tokens")
-    finally:
-        client.close()
+    with connect_sync(daemon.url, token=good, client_name="after-hostile-tokens") as client:
+        assert client.session_id
     log = daemon.log()
     assert log.count("refused a WebSocket upgrade from") == len(HOSTILE), log
     assert "Traceback" not in log, log

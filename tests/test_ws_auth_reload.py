@@ -17,6 +17,7 @@ from pathlib import Path
 import jwt
 import pytest
 
+from executor.client import connect_sync
 from executor.errors import ConfigError
 from executor.transports.auth import (
     INVALID_JWT,
@@ -25,7 +26,6 @@ from executor.transports.auth import (
     ReloadingAuthenticator,
     from_flags,
 )
-from tests.support.client import WsClient
 from tests.support.daemon import RunningDaemon, start_stdio
 from tests.support.rawws import http_request, upgrade_headers
 
@@ -139,11 +139,10 @@ def daemon(token_file: Path) -> Iterator[RunningDaemon]:
 def test_sighup_rotates_the_token_and_keeps_open_sessions(
     daemon: RunningDaemon, token_file: Path
 ) -> None:
-    before = WsClient(daemon.url, additional_headers={"Authorization": bearer(OLD)})
+    before = connect_sync(daemon.url, token=OLD, client_name="before-rotation")
     try:
-        session_id = before.initialize("before-rotation")["sessionId"]
-        _, events = before.run("p1", ["/bin/true"])
-        assert events[-1]["method"] == "process/closed"
+        session_id = before.session_id
+        assert before.run(["/bin/true"]).exit_code == 0
 
         replace(token_file, NEW.encode())
         daemon.process.send_signal(signal.SIGHUP)
@@ -152,18 +151,13 @@ def test_sighup_rotates_the_token_and_keeps_open_sessions(
 
         assert upgrade_status(daemon, OLD) == 401
         # The connection opened with the old token still works: its session is untouched.
-        _, events = before.run("p2", ["/bin/echo", "still here"])
-        assert events[-1]["method"] == "process/closed"
+        assert before.run(["/bin/echo", "still here"]).stdout == b"still here\n"
     finally:
         before.close()
     # The session outlives its connection as before: resumed with the new token.
-    after = WsClient(daemon.url, additional_headers={"Authorization": bearer(NEW)})
-    try:
-        assert after.initialize("after", resume=session_id)["sessionId"] == session_id
-        _, events = after.run("p3", ["/bin/true"])
-        assert events[-1]["method"] == "process/closed"
-    finally:
-        after.close()
+    with connect_sync(daemon.url, token=NEW, resume_session_id=session_id) as after:
+        assert after.session_id == session_id
+        assert after.run(["/bin/true"]).exit_code == 0
     assert daemon.process.poll() is None
 
 
@@ -176,8 +170,8 @@ def test_sighup_with_an_unusable_file_keeps_the_old_token(
     line = next(line for line in log.splitlines() if "keeping the current" in line)
     assert " ERROR " in line
     assert f"websocket auth secret {token_file} must not be empty" in line
-    with WsClient(daemon.url, additional_headers={"Authorization": bearer(OLD)}) as client:
-        client.initialize("old-token-still-good")
+    with connect_sync(daemon.url, token=OLD, client_name="old-token-still-good") as client:
+        assert client.session_id
     assert upgrade_status(daemon, "nothing") == 401
     assert daemon.process.poll() is None
 
@@ -187,9 +181,8 @@ def test_sighup_without_credentials_is_logged_not_fatal() -> None:
     try:
         daemon.process.send_signal(signal.SIGHUP)
         wait_for_log(daemon, "SIGHUP: nothing to reload")
-        with daemon.session() as client:
-            _, events = client.run("p", ["/bin/true"])
-        assert events[-1]["method"] == "process/closed"
+        with daemon.connect() as client:
+            assert client.run(["/bin/true"]).exit_code == 0
     finally:
         status = daemon.stop()
     assert status == 0
