@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.client import WsClient, output_of
+from executor.client import connect_sync
+from tests.support.client import WsClient
 from tests.support.daemon import executor_command
 from tests.support.enforcement import skip_unless
 
@@ -309,19 +310,17 @@ def sandbox_context(scene: Scene, profile: str) -> dict[str, Any]:
 
 
 def probe_daemon(scene: Scene, profile: str, daemon: WrappedDaemon) -> dict[str, dict[str, str]]:
-    """Run the escape probe through the daemon, over the wire."""
+    """Run the escape probe through the daemon, driven by the shipped client."""
     cfg = scene.config(workspace_writable=profile != "read-only")
-    with daemon.session() as client:
-        result, events = client.run(
-            "probe",
+    with connect_sync(daemon.url, client_name="escape-tests") as client:
+        process = client.start(
             ["python3", str(scene.probe), json.dumps(cfg)],
-            cwd=f"file://{scene.workspace}",
+            cwd=str(scene.workspace),
             env={"PATH": "/usr/bin:/bin", "HOME": "/root"},
             sandbox=sandbox_context(scene, profile),
-            timeout=60,
         )
-    assert result["sandboxType"] == "linuxSeccomp"
-    stdout = output_of(events, "stdout")
-    assert stdout, f"probe printed nothing: {output_of(events, 'stderr')!r}"
-    report: dict[str, dict[str, str]] = json.loads(stdout)
+        result = process.collect(timeout=60)
+    assert process.sandbox_type == "linuxSeccomp"
+    assert result.stdout, f"probe printed nothing: {result.stderr!r}"
+    report: dict[str, dict[str, str]] = json.loads(result.stdout)
     return report
