@@ -68,11 +68,15 @@ class ExecRequest:
     cwd: str | None = None
     profile: str | None = None
     workspace_roots: tuple[str, ...] = ()
+    #: Overrides the profile's network (``executor run --network on|off``); ``None``: as is.
+    network: bool | None = None
     #: Set on top of what ``env_policy`` gives the command (they win).
     env: Mapping[str, str]
     #: The wire ``envPolicy``: how the command's environment derives from the executor's.
     env_policy: Mapping[str, Any]
     tty: bool = False
+    #: Forward our stdin; ``False``: never read it, the command's stdin is empty.
+    stdin: bool = True
 
 
 class _OutputGone(Exception):
@@ -128,7 +132,7 @@ class _Exec:
 
     async def run(self) -> int:
         request = self.request
-        stdin_open = _stdin_readable()
+        stdin_open = request.stdin and _stdin_readable()
         terminal = _Terminal(0) if request.tty else None
         cwd = request.cwd or next(iter(request.workspace_roots), None)
         try:
@@ -144,6 +148,7 @@ class _Exec:
                 stdin=stdin_open and not request.tty,
                 sandbox=request.profile,
                 workspace_roots=[self._remote(root) for root in request.workspace_roots],
+                network=request.network,
                 size=size,
             )
         except ServerError as exc:

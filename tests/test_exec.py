@@ -16,6 +16,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import termios
 import threading
@@ -226,6 +227,82 @@ def test_a_profile_runs_sandboxed_and_a_denial_is_named(daemon: RunningDaemon, w
         ]
     finally:
         shutil.rmtree(outside, ignore_errors=True)
+
+
+#: Opens a listener on the command's loopback and connects to it, then prints the proxy it
+#: was given: "connected", or the error's class (PermissionError: no network at all).
+NETWORK_PROBE = """
+import os, socket
+try:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        with socket.create_connection(server.getsockname(), timeout=5):
+            pass
+    print("connected")
+except OSError as exc:
+    print(type(exc).__name__)
+print(os.environ.get("HTTPS_PROXY", "no proxy"))
+"""
+
+
+@pytest.mark.enforcement
+def test_network_overrides_the_profiles_network(daemon: RunningDaemon, ws: Path) -> None:
+    """--network off takes a profile's network away (its sockets are refused), --network on
+    gives one without it the network, and a proxied profile stays behind its proxy."""
+    skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
+
+    def probe(*options: str) -> list[str]:
+        workspace = ("--workspace", str(ws), "--no-stdin")
+        result = executor_exec(
+            daemon.url,
+            sys.executable,
+            "-I",
+            "-c",
+            NETWORK_PROBE,
+            options=(*options, *workspace),
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.decode().split()
+
+    assert probe("--profile", "workspace-network") == ["connected", "no", "proxy"]
+    assert probe("--profile", "workspace-network", "--network", "off") == [
+        "PermissionError",
+        "no",
+        "proxy",
+    ]
+    assert probe("--profile", "workspace") == ["PermissionError", "no", "proxy"]
+    assert probe("--profile", "workspace", "--network", "on") == ["connected", "no", "proxy"]
+    proxied = probe("--profile", "workspace-proxy", "--network", "on")
+    assert proxied[0] == "connected" and proxied[1].startswith("http://127.0.0.1:")
+    assert probe("--profile", "workspace-proxy", "--network", "off")[0] == "PermissionError"
+
+
+def test_network_and_no_stdin_usage_errors(daemon: RunningDaemon) -> None:
+    alone = executor_exec(daemon.url, "true", options=("--network", "off"))
+    assert alone.returncode == 2 and b"--profile" in alone.stderr
+    both = executor_exec(daemon.url, "true", options=("--tty", "--no-stdin"))
+    assert both.returncode == 2 and b"--no-stdin" in both.stderr
+
+
+CAT_END = ("/bin/sh", "-c", "cat; echo end")
+
+
+def test_no_stdin_leaves_ours_unread_and_the_commands_empty(daemon: RunningDaemon) -> None:
+    """With --no-stdin our stdin is not forwarded (not even read: it is still all there
+    for the next reader) and the command reads EOF at once."""
+    with tempfile.TemporaryFile() as ours:
+        ours.write(b"not for the command\n")
+        ours.seek(0)
+        result = subprocess.run(
+            [*executor_command(), "exec", "--url", daemon.url, "--no-stdin", "--", *CAT_END],
+            stdin=ours,
+            capture_output=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+        assert (result.returncode, result.stdout, result.stderr) == (0, b"end\n", b"")
+        assert ours.read() == b"not for the command\n"
+    forwarded = executor_exec(daemon.url, *CAT_END, stdin=b"in\n")
+    assert (forwarded.returncode, forwarded.stdout) == (0, b"in\nend\n")
 
 
 # --- connecting ---------------------------------------------------------------------------

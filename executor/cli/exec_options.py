@@ -56,6 +56,12 @@ def add_exec(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "and sent as the sandbox intent)",
     )
     parser.add_argument(
+        "--network",
+        choices=["on", "off"],
+        help="override the profile's network setting, as `executor run --network` does (on "
+        "keeps a proxied profile behind its proxy); needs --profile",
+    )
+    parser.add_argument(
         "--workspace",
         action="append",
         metavar="DIR",
@@ -90,6 +96,14 @@ def add_exec(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action=argparse.BooleanOptionalAction,
         default=None,
         help="give the command a terminal of its own (default: when stdin and stdout are one)",
+    )
+    parser.add_argument(
+        "--no-stdin",
+        dest="stdin",
+        action="store_false",
+        help="do not forward your stdin: the command's stdin is empty from the start (as "
+        "`ssh -n`; your stdin is never read, so a backgrounded exec is not stopped by it); "
+        "implies --no-tty",
     )
     parser.add_argument(
         "argv", nargs=argparse.REMAINDER, help="-- then the command and its arguments"
@@ -129,7 +143,11 @@ def exec_main(args: argparse.Namespace) -> int:
         from executor.sandbox.profiles import load_profile
 
         load_profile(args.profile)  # a profile that does not load is a usage error
-    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    elif args.network is not None:
+        raise ConfigError("--network overrides a profile's network: give --profile too")
+    if args.tty and not args.stdin:
+        raise ConfigError("--tty and --no-stdin: a terminal's input is your stdin")
+    interactive = args.stdin and sys.stdin.isatty() and sys.stdout.isatty()
     use_tty = args.tty if args.tty is not None else interactive
     env = env_settings(args.env or [], os.environ)
     if use_tty and "TERM" in os.environ:
@@ -148,8 +166,10 @@ def exec_main(args: argparse.Namespace) -> int:
         cwd=args.cwd,
         profile=args.profile,
         workspace_roots=tuple(args.workspace or ()),
+        network=None if args.network is None else args.network == "on",
         env=env,
         env_policy=policy,
         tty=use_tty,
+        stdin=args.stdin,
     )
     return asyncio.run(exec_command(request))

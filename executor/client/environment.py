@@ -98,6 +98,7 @@ class Environment:
         stdin: bool = False,
         sandbox: str | Mapping[str, Any] | None = None,
         workspace_roots: Sequence[str] = (),
+        network: bool | None = None,
         process_id: str | None = None,
         arg0: str | None = None,
         env_policy: Mapping[str, Any] | None = None,
@@ -113,7 +114,9 @@ class Environment:
         ``pty``; stdin writable). ``stdin``: keep a stdin pipe to ``write`` to.
         ``sandbox``: ``None`` (unsandboxed), a profile name or file (turned into the wire
         intent here, from the same profiles ``executor run`` uses, with
-        ``workspace_roots``), or a wire ``SandboxContext`` dict. ``size``: ``(rows, cols)``
+        ``workspace_roots``), or a wire ``SandboxContext`` dict. ``network``: override the
+        profile's network as ``executor run --network on|off`` does (``True``/``False``; a
+        proxied profile stays proxied when on). ``size``: ``(rows, cols)``
         of the terminal (``tty``; this executor's extension, ignored by the reference).
         ``extra``: more ``process/start`` params, sent as they are.
         """
@@ -137,7 +140,13 @@ class Environment:
         elif env is None:
             params["envPolicy"] = dict(CORE_ENV_POLICY)
         if sandbox is not None:
-            params.update(sandbox_params(sandbox, workspace_roots=workspace_roots, cwd=cwd_uri))
+            params.update(
+                sandbox_params(
+                    sandbox, workspace_roots=workspace_roots, cwd=cwd_uri, network=network
+                )
+            )
+        elif network is not None:
+            raise ClientError("network= overrides a sandbox profile's network: give sandbox=")
         params.update(extra or {})
         events, result = await self._link.start_process(params["processId"], params)
         return Process(

@@ -36,13 +36,14 @@ def sandbox_context(
     *,
     workspace_roots: Sequence[str] = (),
     cwd: str | None = None,
+    network: bool | None = None,
 ) -> dict[str, Any]:
     """The wire ``sandbox`` object: a dict as it is; a profile name (or ``.toml`` file)
     compiled here, from the same profiles ``executor run`` uses, for ``workspace_roots``
-    and the policy ``cwd`` (default: the first workspace root)."""
-    context: dict[str, Any] = sandbox_params(sandbox, workspace_roots=workspace_roots, cwd=cwd)[
-        "sandbox"
-    ]
+    and the policy ``cwd`` (default: the first workspace root); ``network`` overrides the
+    profile's network (see ``sandbox_params``)."""
+    params = sandbox_params(sandbox, workspace_roots=workspace_roots, cwd=cwd, network=network)
+    context: dict[str, Any] = params["sandbox"]
     return context
 
 
@@ -51,14 +52,22 @@ def sandbox_params(
     *,
     workspace_roots: Sequence[str] = (),
     cwd: str | None = None,
+    network: bool | None = None,
 ) -> dict[str, Any]:
     """The ``process/start`` params that carry ``sandbox`` (see ``sandbox_context``).
+
+    ``network`` overrides a profile's network as ``executor run --network on|off`` does
+    (``Profile.network_policy``): ``False`` takes it away, ``True`` gives a profile without
+    one the full network and keeps one that has it as it is (a proxied one stays proxied).
+    A wire dict says its own network: ``network`` is refused with it.
 
     A profile in proxy mode adds ``enforceManagedNetwork`` and ``networkProxy`` with its
     host patterns: the wire's permission profile says only "network enabled", and without
     them the command would get the full network. Its ``local_ports`` have no wire form and
     are not sent (less access, never more)."""
     if not isinstance(sandbox, str):
+        if network is not None:
+            raise ClientError("a network override applies to a profile name, not a wire dict")
         return {"sandbox": dict(sandbox)}
     from executor.sandbox.network import NetworkAccess
     from executor.sandbox.profiles import load_profile
@@ -68,14 +77,17 @@ def sandbox_params(
     except ConfigError as exc:
         raise ClientError(f"profile {sandbox}: {exc}") from exc
     roots = tuple(native_path(root) for root in workspace_roots)
-    params: dict[str, Any] = {
-        "sandbox": profile.wire_context(
-            workspace_roots=roots, cwd=native_path(cwd) if cwd is not None else None
-        )
-    }
-    network = profile.network
-    if network.mode is NetworkAccess.PROXY:
-        domains = dict.fromkeys(network.allow, "allow") | dict.fromkeys(network.deny, "deny")
+    context = profile.wire_context(
+        workspace_roots=roots, cwd=native_path(cwd) if cwd is not None else None
+    )
+    policy = profile.network_policy(network)
+    if network is not None and "network" in context["permissions"]:
+        # A disabled profile has no network to override (``network_policy`` agrees).
+        on = "enabled" if policy.enabled else "restricted"
+        context["permissions"] = {**context["permissions"], "network": on}
+    params: dict[str, Any] = {"sandbox": context}
+    if policy.mode is NetworkAccess.PROXY:
+        domains = dict.fromkeys(policy.allow, "allow") | dict.fromkeys(policy.deny, "deny")
         params["enforceManagedNetwork"] = True
         params["networkProxy"] = {
             "proxy": {
@@ -85,7 +97,7 @@ def sandbox_params(
                 "allowUpstreamProxy": False,
                 "dangerouslyAllowAllUnixSockets": False,
                 "mode": "full",
-                "allowLocalBinding": network.local_binding,
+                "allowLocalBinding": policy.local_binding,
                 "domains": domains,
             }
         }

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from executor.client import ClientError, ServerError, SessionFailed, connect
+from executor.client.paths import sandbox_params
 from executor.client.process import StdinClosed
 from executor.client.sync import connect_sync
 from tests.client.conftest import arun
@@ -320,5 +321,32 @@ def test_a_proxy_mode_profile_runs_behind_the_executors_proxy(daemon: RunningDae
         lines = result.stdout.decode().splitlines()
         assert lines[0].startswith("http://127.0.0.1:")
         assert lines[1] == "403"
+
+    arun(main())
+
+
+def test_a_network_override_goes_into_the_wire_intent() -> None:
+    """``network=`` overrides a profile's network as ``executor run --network`` does: off
+    takes it away (a proxy too), on gives the full network and keeps a proxy a proxy."""
+    off = sandbox_params("workspace-proxy", network=False)
+    assert off["sandbox"]["permissions"]["network"] == "restricted"
+    assert "networkProxy" not in off and "enforceManagedNetwork" not in off
+    on = sandbox_params("workspace", network=True)
+    assert on["sandbox"]["permissions"]["network"] == "enabled" and "networkProxy" not in on
+    proxied = sandbox_params("workspace-proxy", network=True)
+    assert proxied["sandbox"]["permissions"]["network"] == "enabled"
+    assert proxied["networkProxy"]["proxy"]["domains"] and proxied["enforceManagedNetwork"]
+    assert sandbox_params("workspace")["sandbox"]["permissions"]["network"] == "restricted"
+    # The profile itself is left as it was.
+    assert sandbox_params("workspace-network")["sandbox"]["permissions"]["network"] == "enabled"
+    with pytest.raises(ClientError, match="profile name"):
+        sandbox_params({"permissions": {}}, network=True)
+
+
+def test_a_network_override_needs_a_profile(daemon: RunningDaemon) -> None:
+    async def main() -> None:
+        async with connect(daemon.url) as env:
+            with pytest.raises(ClientError, match="sandbox="):
+                await env.start(["true"], network=False)
 
     arun(main())
