@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
+from executor.client import SyncEnvironment
 from executor.envpolicy import build_environment, find_program, validate_command
 from executor.errors import InvalidParams
 from executor.protocol.decode import decode
 from executor.protocol.messages import EnvPolicy
-from tests.support.client import WsClient, output_of
+from tests.support.client import output_of
 from tests.support.daemon import RunningDaemon
 
 EXECUTOR_ENV = {
@@ -202,12 +203,10 @@ def test_find_program_uses_child_path_then_daemon_path(tmp_path: Path) -> None:
 
 
 def _env_of(
-    client: WsClient, process_id: str, env: dict[str, str], env_policy: dict[str, Any] | None
+    client: SyncEnvironment, env: dict[str, str], env_policy: dict[str, Any] | None
 ) -> dict[str, str]:
-    extra: dict[str, Any] = {} if env_policy is None else {"envPolicy": env_policy}
-    _result, events = client.run(process_id, ["/usr/bin/env"], env=env, **extra)
-    lines = output_of(events, "stdout").decode().splitlines()
-    return dict(line.split("=", 1) for line in lines)
+    lines = client.run(["/usr/bin/env"], env=env, env_policy=env_policy).stdout.decode()
+    return dict(line.split("=", 1) for line in lines.splitlines())
 
 
 @pytest.fixture(scope="module")
@@ -229,9 +228,9 @@ def env_daemon() -> Any:
 
 def test_wire_without_policy_child_gets_exactly_env(env_daemon: RunningDaemon) -> None:
     """No envPolicy: /usr/bin/env prints exactly the given variables."""
-    with env_daemon.session() as client:
-        assert _env_of(client, "e1", {"FOO": "bar"}, None) == {"FOO": "bar"}
-        assert _env_of(client, "e2", {}, None) == {}
+    with env_daemon.connect() as client:
+        assert _env_of(client, {"FOO": "bar"}, None) == {"FOO": "bar"}
+        assert _env_of(client, {}, None) == {}
 
 
 WIRE_POLICY = {"ignoreDefaultExcludes": False, "exclude": [], "set": {}, "includeOnly": []}
@@ -239,8 +238,8 @@ WIRE_POLICY = {"ignoreDefaultExcludes": False, "exclude": [], "set": {}, "includ
 
 def test_wire_inherit_all_drops_secrets(env_daemon: RunningDaemon) -> None:
     """inherit all: the daemon's variables minus *KEY*/*SECRET*/*TOKEN* (case-insensitive)."""
-    with env_daemon.session() as client:
-        env = _env_of(client, "e3", {"FOO": "bar"}, {**WIRE_POLICY, "inherit": "all"})
+    with env_daemon.connect() as client:
+        env = _env_of(client, {"FOO": "bar"}, {**WIRE_POLICY, "inherit": "all"})
     assert env["EXEC_TEST_PLAIN"] == "plain"
     assert env["FOO"] == "bar"
     assert "EXEC_TEST_API_KEY" not in env
@@ -250,8 +249,8 @@ def test_wire_inherit_all_drops_secrets(env_daemon: RunningDaemon) -> None:
 
 def test_wire_inherit_core(env_daemon: RunningDaemon) -> None:
     """inherit core keeps only the allow-list (TERM, TZ, PWD are not in it)."""
-    with env_daemon.session() as client:
-        env = _env_of(client, "e4", {}, {**WIRE_POLICY, "inherit": "core"})
+    with env_daemon.connect() as client:
+        env = _env_of(client, {}, {**WIRE_POLICY, "inherit": "core"})
     assert env.get("LANG") == "C.UTF-8"
     assert "PATH" in env
     for name in ("TERM", "TZ", "PWD", "EXEC_TEST_PLAIN"):
@@ -267,8 +266,8 @@ def test_wire_full_policy(env_daemon: RunningDaemon) -> None:
         "set": {"EXEC_TEST_SET": "s", "OTHER": "o"},
         "includeOnly": ["EXEC_TEST_*"],
     }
-    with env_daemon.session() as client:
-        env = _env_of(client, "e5", {"ZZZ": "overlay"}, wire)
+    with env_daemon.connect() as client:
+        env = _env_of(client, {"ZZZ": "overlay"}, wire)
     assert env == {
         "EXEC_TEST_API_KEY": "secret",
         "exec_test_keyring": "secret",
@@ -279,10 +278,9 @@ def test_wire_full_policy(env_daemon: RunningDaemon) -> None:
 
 def test_wire_bare_name_found_on_daemon_path_with_empty_env(env_daemon: RunningDaemon) -> None:
     """A bare program name resolves through the daemon's PATH when the child has none."""
-    with env_daemon.session() as client:
-        _result, events = client.run("bare", ["env"], env={})
-        assert events[-2]["params"]["exitCode"] == 0
-        assert output_of(events) == b""
+    with env_daemon.connect() as client:
+        result = client.run(["env"], env={})
+    assert (result.exit_code, result.stdout, result.stderr) == (0, b"", b"")
 
 
 def test_wire_bare_name_uses_child_path(env_daemon: RunningDaemon, tmp_path: Path) -> None:
