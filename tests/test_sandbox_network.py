@@ -14,7 +14,6 @@ Every refusal comes with its allowed counterpart; nothing touches host state.
 
 from __future__ import annotations
 
-import base64
 import http.server
 import json
 import os
@@ -29,8 +28,9 @@ from typing import Any
 
 import pytest
 
+from executor.client import RunResult, ServerError, SyncEnvironment
+from executor.client.sync import SyncProcess
 from tests.sandbox.wire import context, managed, special
-from tests.support.client import WsClient, output_of
 from tests.support.daemon import RunningDaemon, executor_command
 from tests.support.enforcement import skip_unless
 
@@ -253,29 +253,22 @@ WORKSPACE_NETWORK = managed(
 )
 
 
-def start(
-    client: WsClient, scene: Path, process_id: str, argv: list[str], **extra: Any
-) -> dict[str, Any]:
+def start(client: SyncEnvironment, scene: Path, argv: list[str], **extra: Any) -> SyncProcess:
+    """``argv`` in the scene's workspace under WORKSPACE_NETWORK; ``extra``: more
+    ``process/start`` params (``env`` is added to a PATH)."""
     ws = scene / "ws"
-    result: dict[str, Any] = client.request(
-        "process/start",
-        {
-            "processId": process_id,
-            "argv": argv,
-            "cwd": f"file://{ws}",
-            "env": {"PATH": "/usr/bin:/bin", **extra.pop("env", {})},
-            "tty": False,
-            "sandbox": context(WORKSPACE_NETWORK, cwd=str(ws), roots=(str(ws),)),
-            **extra,
-        },
+    return client.start(
+        argv,
+        cwd=str(ws),
+        env={"PATH": "/usr/bin:/bin", **extra.pop("env", {})},
+        sandbox=context(WORKSPACE_NETWORK, cwd=str(ws), roots=(str(ws),)),
+        extra=extra,
     )
-    return result
 
 
-def finished(client: WsClient, process_id: str) -> tuple[str, dict[str, Any]]:
-    events = client.process_events(process_id, timeout=30)
-    exited = next(e["params"] for e in events if e["method"] == "process/exited")
-    return output_of(events).decode(), exited
+def finished(process: SyncProcess) -> tuple[str, RunResult]:
+    result = process.collect(timeout=30)
+    return (result.stdout + result.stderr).decode(), result
 
 
 LISTENER = (
@@ -321,30 +314,23 @@ def test_a_sessions_commands_reach_each_others_listeners_and_not_the_hosts(
     args = ["--require-sandbox", floor, "--workspace", str(scene / "ws")] if floor else []
     daemon = RunningDaemon(args, env={"EXECUTOR_PROFILES_DIR": str(scene / "profiles")})
     try:
-        client = daemon.session()
-        start(client, scene, "server", [sys.executable, "-I", "-c", LISTENER])
-        note = client.notification(
-            where=lambda n: n["method"] == "process/output" and n["params"]["processId"] == "server"
-        )
-        port = int(base64.b64decode(note["params"]["chunk"]).split()[0])
-        ports = [port, servers["host"].port, daemon_port(daemon)]
-        start(
-            client,
-            scene,
-            "client",
-            [sys.executable, "-I", "-c", CONNECT, *map(str, ports)],
-        )
-        output, _exited = finished(client, "client")
-        lines = dict(line.split(" ", 1) for line in output.splitlines())
-        assert lines[str(port)] == "hello from the dev server"
-        refused = "ConnectionRefusedError" if floor else "PermissionError"
-        assert lines[str(servers["host"].port)] == refused
-        assert lines[str(daemon_port(daemon))] == refused
-        # another session's command does not reach this session's listener
-        other = daemon.session("other")
-        start(other, scene, "other", [sys.executable, "-I", "-c", CONNECT, str(port)])
-        output, _ = finished(other, "other")
-        assert output.split()[1] in ("ConnectionRefusedError", "PermissionError")
+        with daemon.connect() as client, daemon.connect("other") as other:
+            server = start(client, scene, [sys.executable, "-I", "-c", LISTENER])
+            port = int(next(iter(server.output())).data.split()[0])
+            ports = [port, servers["host"].port, daemon_port(daemon)]
+            output, _exited = finished(
+                start(client, scene, [sys.executable, "-I", "-c", CONNECT, *map(str, ports)])
+            )
+            lines = dict(line.split(" ", 1) for line in output.splitlines())
+            assert lines[str(port)] == "hello from the dev server"
+            refused = "ConnectionRefusedError" if floor else "PermissionError"
+            assert lines[str(servers["host"].port)] == refused
+            assert lines[str(daemon_port(daemon))] == refused
+            # another session's command does not reach this session's listener
+            output, _ = finished(
+                start(other, scene, [sys.executable, "-I", "-c", CONNECT, str(port)])
+            )
+            assert output.split()[1] in ("ConnectionRefusedError", "PermissionError")
     finally:
         daemon.stop()
 
@@ -356,48 +342,45 @@ def daemon(scene: Path) -> Iterator[RunningDaemon]:
     running.stop()
 
 
+@pytest.fixture
+def client(daemon: RunningDaemon) -> Iterator[SyncEnvironment]:
+    with daemon.connect() as env:
+        yield env
+
+
 def test_managed_networking_reaches_the_clients_proxy_and_nothing_else(
-    daemon: RunningDaemon, scene: Path, servers: dict[str, Server]
+    client: SyncEnvironment, scene: Path, servers: dict[str, Server]
 ) -> None:
-    client = daemon.session()
     proxy, host = servers["listed"], servers["host"]  # the "client's proxy" is ours
     script = CONNECT
     env = {"HTTP_PROXY": f"http://127.0.0.1:{proxy.port}"}
-    start(
-        client,
-        scene,
-        "managed",
-        [sys.executable, "-I", "-c", script, str(proxy.port), str(host.port)],
-        env=env,
-        enforceManagedNetwork=True,
+    output, exited = finished(
+        start(
+            client,
+            scene,
+            [sys.executable, "-I", "-c", script, str(proxy.port), str(host.port)],
+            env=env,
+            enforceManagedNetwork=True,
+        )
     )
-    output, exited = finished(client, "managed")
     lines = dict(line.split(" ", 1) for line in output.splitlines())
     assert lines[str(proxy.port)] == "connected"
     assert lines[str(host.port)] == "ConnectionRefusedError"
-    assert exited["exitCode"] == 0
+    assert exited.exit_code == 0
     # without proxy variables it is refused before anything runs
-    response = client.call(
-        "process/start",
-        {
-            "processId": "bare",
-            "argv": ["/bin/true"],
-            "cwd": f"file://{scene / 'ws'}",
-            "env": {},
-            "tty": False,
-            "sandbox": context(WORKSPACE_NETWORK, cwd=str(scene / "ws")),
-            "enforceManagedNetwork": True,
-        },
-    )
-    assert (
-        "managed proxy mode requires proxy environment variables" in (response["error"]["message"])
-    )
+    with pytest.raises(ServerError, match="managed proxy mode requires proxy environment variab"):
+        client.start(
+            ["/bin/true"],
+            cwd=str(scene / "ws"),
+            env={},
+            sandbox=context(WORKSPACE_NETWORK, cwd=str(scene / "ws")),
+            extra={"enforceManagedNetwork": True},
+        )
 
 
 def test_network_proxy_launches_our_proxy_with_the_clients_domains(
-    daemon: RunningDaemon, scene: Path, servers: dict[str, Server]
+    client: SyncEnvironment, scene: Path, servers: dict[str, Server]
 ) -> None:
-    client = daemon.session()
     remote = servers["remote"]
     proxy = {
         "enabled": True,
@@ -415,15 +398,14 @@ def test_network_proxy_launches_our_proxy_with_the_clients_domains(
         public = Server(outside, "outside")
         proxy["domains"] = {**proxy["domains"], outside: "allow"}  # type: ignore[dict-item]
         urls["outside"] = public.url
-    start(
+    launched = start(
         client,
         scene,
-        "launched",
         [sys.executable, "-I", str(scene / "probe.py"), json.dumps(urls), "{}"],
         enforceManagedNetwork=True,
         networkProxy={"proxy": proxy},
     )
-    output, exited = finished(client, "launched")
+    output, exited = finished(launched)
     seen = json.loads(output)
     # 127.0.0.2 is this host's loopback: listed, but reached only at local ports (none here)
     assert seen["loopback"] == "HTTP 403"
@@ -431,12 +413,11 @@ def test_network_proxy_launches_our_proxy_with_the_clients_domains(
     if outside is not None:
         public.close()
         assert seen["outside"] == "HTTP 403"
-    assert exited["exitCode"] == 0 and not exited["sandboxDenied"]
+    assert exited.exit_code == 0 and not exited.sandbox_denied
     # a command that fails after a refusal: the refusal is the denial
-    start(
+    failing = start(
         client,
         scene,
-        "failing",
         [
             sys.executable,
             "-I",
@@ -446,6 +427,6 @@ def test_network_proxy_launches_our_proxy_with_the_clients_domains(
         enforceManagedNetwork=True,
         networkProxy={"proxy": proxy},
     )
-    _output, exited = finished(client, "failing")
-    assert exited["exitCode"] == 1
-    assert exited["sandboxDenied"]
+    _output, exited = finished(failing)
+    assert exited.exit_code == 1
+    assert exited.sandbox_denied
