@@ -348,12 +348,11 @@ def test_env_deny_keeps_variables_from_every_command() -> None:
         env={**secrets, "aws_lower": "2", "DB_PASSWORD": "pw"},
     )
     try:
-        with daemon.session() as client:
-            _, events = client.run(
-                "e",
+        with daemon.connect() as client:
+            result = client.run(
                 ["/usr/bin/env"],
                 env={"AWS_FROM_ENV": "y", "FROM_ENV": "z"},
-                envPolicy={
+                env_policy={
                     "inherit": "all",
                     "ignoreDefaultExcludes": True,
                     "exclude": [],
@@ -363,7 +362,7 @@ def test_env_deny_keeps_variables_from_every_command() -> None:
             )
     finally:
         daemon.stop()
-    names = {line.split("=", 1)[0] for line in output_of(events).decode().splitlines()}
+    names = {line.split("=", 1)[0] for line in result.stdout.decode().splitlines()}
     assert not {name for name in names if name.startswith("AWS_")}
     assert "DB_PASSWORD" not in names
     assert {"KEEP_ME", "aws_lower", "FROM_ENV", "PATH"} <= names
