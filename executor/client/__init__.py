@@ -19,12 +19,14 @@ from __future__ import annotations
 from executor.client.environment import Environment, connect
 from executor.client.errors import (
     ClientError,
+    HttpBodyError,
     OutcomeUnknown,
     ProcessLost,
     ServerError,
     SessionFailed,
 )
 from executor.client.fs import DirectoryEntry, FileSystem, Metadata
+from executor.client.http import Http, HttpResponse, StreamedResponse
 from executor.client.process import ExitResult, OutputChunk, Process, RunResult, StdinClosed
 from executor.client.sync import SyncEnvironment, connect_sync
 
@@ -34,6 +36,9 @@ __all__ = [
     "Environment",
     "ExitResult",
     "FileSystem",
+    "Http",
+    "HttpBodyError",
+    "HttpResponse",
     "Metadata",
     "OutcomeUnknown",
     "OutputChunk",
@@ -43,6 +48,7 @@ __all__ = [
     "ServerError",
     "SessionFailed",
     "StdinClosed",
+    "StreamedResponse",
     "SyncEnvironment",
     "connect",
     "connect_sync",

@@ -9,6 +9,7 @@ from typing import Any
 
 from executor.client.errors import ClientError
 from executor.client.fs import FileSystem
+from executor.client.http import Http
 from executor.client.paths import path_uri, sandbox_params
 from executor.client.process import Process, RunResult
 from executor.client.recovery import Link
@@ -57,6 +58,8 @@ class Environment:
         self._link = link
         #: The remote file system.
         self.fs = FileSystem(link)
+        #: HTTP(S) requests made by the executor, from its host.
+        self.http = Http(link)
 
     @property
     def info(self) -> dict[str, Any]:
@@ -177,7 +180,8 @@ class Environment:
 
     def add_listener(self, listener: Callable[[str, Any], None]) -> None:
         """Call ``listener(method, params)`` for every notification that is not a process
-        event (``fs/missingChanged``, ``http/request/bodyDelta``)."""
+        event (``fs/missingChanged``, and the ``http/request/bodyDelta`` of requests sent
+        with ``request``; those of ``http.stream`` go to their response)."""
         self._link.listeners.append(listener)
 
     async def close(self, *, terminate_processes: bool = True) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "ClientError",
     "ConnectionLost",
+    "HttpBodyError",
     "OutcomeUnknown",
     "ProcessLost",
     "ServerError",
@@ -69,3 +70,15 @@ class ProcessLost(ClientError):
         super().__init__(f"process {process_id} was lost while recovering: {reason}")
         self.process_id = process_id
         self.reason = reason
+
+
+class HttpBodyError(ClientError):
+    """A streamed response body did not arrive whole: the executor reported an error
+    half-way, or the connection dropped (``connection_lost``; a body cannot be resumed)."""
+
+    def __init__(self, url: str, reason: str, *, connection_lost: bool = False) -> None:
+        super().__init__(f"http/request {url}: the response body failed: {reason}")
+        self.url = url
+        self.reason = reason
+        #: The connection to the executor dropped while the body was streaming.
+        self.connection_lost = connection_lost

@@ -1,7 +1,8 @@
 """One logical client whose connection changes generations (the reference's state machine).
 
 * **Connected**: calls use the current connection.
-* **Recovering** (its transport closed): new calls wait; process handles stay open. Starts in
+* **Recovering** (its transport closed): new calls wait; process handles stay open;
+  streamed HTTP bodies fail at once (a body is not retained: it cannot be resumed). Starts in
   flight are let finish first (a start cut off is *ambiguous*: the process may exist; it is
   terminated once the session is back, never adopted). Then a new connection resumes the
   session by its id, retrying while the server still holds the old attachment (-32010) and
@@ -37,6 +38,7 @@ from executor.client.errors import (
     SessionFailed,
 )
 from executor.client.events import Changes, ProcessEvents, event_from_notification
+from executor.client.http import BodyStream
 from executor.client.rpc import RpcConnection
 from executor.client.transport import Connector, is_permanent_connect_error
 from executor.protocol import methods
@@ -89,6 +91,8 @@ class Link:
         self.info: dict[str, Any] = {}
         #: Processes whose events are still expected, by id.
         self.processes: dict[str, ProcessEvents] = {}
+        #: Streamed HTTP bodies still arriving, by request id (each on its connection).
+        self.http_streams: dict[str, BodyStream] = {}
         #: Ids of ambiguous starts, terminated once a connection is back.
         self._orphans: set[str] = set()
         self._active_starts = 0
@@ -212,6 +216,34 @@ class Link:
             events.recoverable = True
             return events, result or {}
 
+    async def start_http_stream(
+        self, params: dict[str, Any], url: str
+    ) -> tuple[BodyStream, dict[str, Any]]:
+        """``http/request`` with ``streamResponse``, registering its body before the request
+        leaves. Cut off by a dropped connection, it raises ``OutcomeUnknown``."""
+        request_id = str(params["requestId"])
+        while True:
+            rpc = await self.connection()
+            stream = BodyStream(request_id, url, rpc)
+            self.http_streams[request_id] = stream
+            try:
+                result = await rpc.call(methods.HTTP_REQUEST, params)
+            except ConnectionLost as exc:
+                self._forget_stream(stream)
+                if not exc.sent:
+                    continue
+                raise OutcomeUnknown(methods.HTTP_REQUEST, exc.args[0]) from exc
+            except BaseException:
+                self._forget_stream(stream)
+                raise
+            if stream.finished:
+                self._forget_stream(stream)
+            return stream, result or {}
+
+    def _forget_stream(self, stream: BodyStream) -> None:
+        if self.http_streams.get(stream.request_id) is stream:
+            del self.http_streams[stream.request_id]
+
     def _forget(self, events: ProcessEvents) -> None:
         if self.processes.get(events.process_id) is events:
             del self.processes[events.process_id]
@@ -225,10 +257,19 @@ class Link:
             if events is not None and event is not None:
                 events.offer(event)
             return
+        if method == methods.HTTP_BODY_DELTA and isinstance(params, dict):
+            stream = self.http_streams.get(params.get("requestId"))  # type: ignore[arg-type]
+            if stream is not None and stream.rpc is rpc:
+                stream.offer(params)
+                if stream.finished:
+                    self._forget_stream(stream)
+                return
         for listener in list(self.listeners):
             listener(method, params)
 
     def _on_closed(self, rpc: RpcConnection, reason: str) -> None:
+        # Streamed bodies die with their connection, at once: the executor keeps none.
+        self._lose_streams(reason, rpc)
         if self.status is not Status.CONNECTED or self._rpc is not rpc:
             return  # a candidate connection, or one replaced already
         self.status = Status.RECOVERING
@@ -330,6 +371,12 @@ class Link:
         with contextlib.suppress(ClientError):
             await self._reap_orphans(await self.connection())
 
+    def _lose_streams(self, reason: str, rpc: RpcConnection | None = None) -> None:
+        for stream in list(self.http_streams.values()):
+            if rpc is None or stream.rpc is rpc:
+                stream.lose(reason)
+                self._forget_stream(stream)
+
     def _fail(self, message: str, *, closing: bool = False) -> None:
         if self.status is Status.FAILED:
             return
@@ -342,6 +389,7 @@ class Link:
             events.fail(SessionFailed(message))
         self.processes.clear()
         self._orphans.clear()
+        self._lose_streams(message)
         self._changes.notify()
 
     @property

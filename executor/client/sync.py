@@ -22,9 +22,17 @@ from typing import Any, TypeVar
 from executor.client.environment import Environment, connect
 from executor.client.events import ExitResult, OutputChunk
 from executor.client.fs import FileSystem
+from executor.client.http import Http, HttpResponse, StreamedResponse
 from executor.client.process import Process, RunResult
 
-__all__ = ["SyncEnvironment", "SyncFileSystem", "SyncProcess", "connect_sync"]
+__all__ = [
+    "SyncEnvironment",
+    "SyncFileSystem",
+    "SyncHttp",
+    "SyncProcess",
+    "SyncStreamedResponse",
+    "connect_sync",
+]
 
 T = TypeVar("T")
 
@@ -123,6 +131,55 @@ class SyncFileSystem:
         return call
 
 
+class SyncStreamedResponse:
+    """A ``StreamedResponse`` whose ``body`` is a plain iterator of byte blocks."""
+
+    def __init__(self, loop: _Loop, response: StreamedResponse) -> None:
+        self._loop = loop
+        self.response = response
+        self.status = response.status
+        self.headers = response.headers
+        #: The body, block by block (``HttpBodyError`` if it does not arrive whole).
+        self.body: Iterator[bytes] = _iterate(loop, response.body)
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (any case), or ``None``."""
+        return self.response.header(name)
+
+    def read(self) -> bytes:
+        """The rest of the body."""
+        return b"".join(self.body)
+
+    def close(self) -> None:
+        """Stop reading: what is still to come is dropped."""
+        if not self._loop.loop.is_closed():
+            self._loop.run(self.response.aclose())
+
+    def __enter__(self) -> SyncStreamedResponse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncHttp:
+    """``Http`` with blocking methods."""
+
+    def __init__(self, loop: _Loop, http: Http) -> None:
+        self._loop = loop
+        self._http = http
+
+    def request(self, method: str, url: str, **options: Any) -> HttpResponse:
+        """One request, the whole response (``Http.request``'s options)."""
+        return self._loop.run(self._http.request(method, url, **options))
+
+    def stream(self, method: str, url: str, **options: Any) -> SyncStreamedResponse:
+        """One request, its body streamed (``Http.stream``'s options)."""
+        return SyncStreamedResponse(
+            self._loop, self._loop.run(self._http.stream(method, url, **options))
+        )
+
+
 async def _next(iterator: AsyncIterator[T]) -> T:
     return await iterator.__anext__()
 
@@ -151,6 +208,7 @@ class SyncEnvironment:
             self._loop.stop()
             raise
         self.fs = SyncFileSystem(self._loop, self.env.fs)
+        self.http = SyncHttp(self._loop, self.env.http)
 
     @property
     def info(self) -> dict[str, Any]:
