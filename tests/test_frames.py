@@ -6,6 +6,8 @@ import os
 import struct
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from executor.transports import frames
 from executor.transports.frames import (
@@ -39,6 +41,16 @@ def client_frame(
         return header + payload
     key = os.urandom(4)
     return header + key + frames._python_apply_mask(payload, key)
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs against the reader with its C loops and with pure Python."""
+    if request.param == "python":
+        monkeypatch.setattr(frames, "_speedups", None)
+    elif frames._speedups is None:
+        pytest.skip("the C loops (executor/transports/_frames.c) are not built")
+    return str(request.param)
 
 
 def reader(max_frame: int = 1 << 20, max_message: int = 1 << 22) -> FrameReader:
@@ -251,3 +263,76 @@ def test_binary_fragments_are_not_decoded() -> None:
     one = reader()
     assert one.feed(client_frame(BINARY, b"\xff", fin=False)) == []
     assert one.feed(client_frame(CONT, b"\xfe")) == [Message(b"\xff\xfe", False)]
+
+
+def test_runs_of_small_and_fragmented_frames_match_frame_by_frame() -> None:
+    """Many small messages and a message in many fragments (the C loops' runs) reassemble."""
+    text = b'{"id":1,"method":"environment/status"}'
+    burst = b"".join(client_frame(TEXT, text) for _ in range(100))
+    body = os.urandom(3000).hex().encode()
+    parts = [body[at : at + 64] for at in range(0, len(body), 64)]
+    fragmented = b"".join(
+        client_frame(TEXT if index == 0 else CONT, part, fin=index == len(parts) - 1)
+        for index, part in enumerate(parts)
+    )
+    data = burst + fragmented + burst
+    expected = [Message(text, True)] * 100 + [Message(body, True)] + [Message(text, True)] * 100
+    for read_size in (len(data), 4096, 69, 7):
+        one = reader()
+        events = []
+        for at in range(0, len(data), read_size):
+            events += one.feed(data[at : at + read_size])
+        assert events == expected
+
+
+def test_a_run_of_fragments_stops_at_the_message_limit() -> None:
+    """Continuations past the message limit are refused, not joined."""
+    one = reader(max_frame=100, max_message=250)
+    data = client_frame(TEXT, b"a" * 100, fin=False) + b"".join(
+        client_frame(CONT, b"b" * 100, fin=False) for _ in range(3)
+    )
+    with pytest.raises(FrameError) as info:
+        one.feed(data)
+    assert info.value.code == 1009
+
+
+_FRAME = st.tuples(
+    st.sampled_from([TEXT, BINARY, CONT, PING, PONG, 0x3]),
+    st.binary(max_size=200) | st.sampled_from([b"\xff", b"\xc3", b"abc\xe2\x82", b"\xac"]),
+    st.booleans(),  # fin
+    st.sampled_from([0, 0, 0, 0x40]),  # rsv
+    st.sampled_from([True, True, True, False]),  # masked
+)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(frames_=st.lists(_FRAME, max_size=12), read_size=st.integers(1, 400))
+def test_c_and_python_readers_agree(
+    frames_: list[tuple[int, bytes, bool, int, bool]], read_size: int, implementation: str
+) -> None:
+    """Any frame sequence, valid or not, yields the same events and error either way."""
+    if implementation == "python":
+        return  # one comparison per example is enough; it runs both readers itself
+    data = b"".join(
+        client_frame(opcode, payload, fin=fin, rsv=rsv, masked=masked)
+        for opcode, payload, fin, rsv, masked in frames_
+    )
+
+    def run() -> tuple[list[frames.Event], int | None]:
+        one = reader(max_frame=150, max_message=400)
+        events: list[frames.Event] = []
+        for at in range(0, len(data), read_size):
+            try:
+                events += one.feed(data[at : at + read_size])
+            except FrameError as exc:
+                return [*events, *exc.events], exc.code
+        return events, None
+
+    with_c = run()
+    speedups, frames._speedups = frames._speedups, None
+    try:
+        assert run() == with_c
+    finally:
+        frames._speedups = speedups

@@ -48,7 +48,7 @@ _VALID_CLOSE_CODES: Final = frozenset(
 )
 
 
-def _python_apply_mask(data: bytes | bytearray, mask: bytes | bytearray) -> bytes:
+def _python_apply_mask(data: bytes | bytearray | memoryview, mask: bytes | bytearray) -> bytes:
     """XOR ``data`` with the repeated 4-byte ``mask`` (one big-integer operation)."""
     if not data:
         return b""
@@ -59,13 +59,18 @@ def _python_apply_mask(data: bytes | bytearray, mask: bytes | bytearray) -> byte
     )
 
 
-apply_mask: Callable[[bytes | bytearray, bytes | bytearray], bytes]
+apply_mask: Callable[[bytes | bytearray | memoryview, bytes | bytearray], bytes]
 try:  # websockets ships a C implementation; it is a dependency of this package anyway
     from websockets.speedups import apply_mask as _c_apply_mask
 
     apply_mask = _c_apply_mask
 except ImportError:  # pragma: no cover - the pure fallback is tested directly
     apply_mask = _python_apply_mask
+
+try:  # the C loops of the commonest frames (setup.py builds them; optional, like the above)
+    from executor.transports import _frames as _speedups
+except ImportError:  # pragma: no cover - the Python reader is tested on its own
+    _speedups = None  # type: ignore[assignment]
 
 
 class FrameError(Exception):
@@ -114,6 +119,13 @@ Event = Message | Ping | Pong | Close
 _new_tuple: Final = tuple.__new__
 
 
+#: Payloads at least this large are unmasked from a view of the buffer instead of a copy
+#: (a 16 MiB copy into fresh pages costs ~15 ms of page faults on a VM).
+_VIEW_AT: Final = 64 * 1024
+
+#: The first byte of an unfragmented text frame (FIN, no reserved bits, opcode 1).
+_TEXT_FINAL: Final = 0x80 | TEXT
+
 #: Headers of small text frames, the common case, built once.
 _SMALL_TEXT_HEADERS: Final = tuple(bytes((0x80 | TEXT, length)) for length in range(126))
 
@@ -160,6 +172,7 @@ class FrameReader:
         "_fragments_size",
         "_fragments_text",
         "_fragments_utf8",
+        "_unfragmented_limit",
         "max_frame",
         "max_message",
     )
@@ -167,6 +180,8 @@ class FrameReader:
     def __init__(self, *, max_frame: int, max_message: int) -> None:
         self.max_frame = max_frame
         self.max_message = max_message
+        #: The largest unfragmented message: one frame, within both limits.
+        self._unfragmented_limit = min(max_frame, max_message)
         self._buffer = bytearray()
         self._fragments: list[bytes] | None = None
         self._fragments_size = 0
@@ -187,9 +202,31 @@ class FrameReader:
             source = data
         events: list[Event] = []
         offset, size = 0, len(source)
+        speedups = _speedups
         try:  # free unless raised (zero-cost exceptions): the loop stays as fast
             while size - offset >= 2:
                 first = source[offset]
+                if speedups is not None:
+                    # Runs of the commonest frames in C; the first frame it leaves (another
+                    # kind, incomplete, too large, not ASCII) goes through the rules below.
+                    if first == _TEXT_FINAL and self._fragments is None:
+                        resumed = speedups.texts(
+                            source, offset, self._unfragmented_limit, events, Message
+                        )
+                        if resumed != offset:
+                            offset = resumed
+                            continue
+                    elif first == CONT and self._fragments is not None:
+                        joined, resumed = speedups.continuations(
+                            source,
+                            offset,
+                            self.max_frame,
+                            self.max_message - self._fragments_size,
+                        )
+                        if resumed != offset:
+                            offset = resumed
+                            self._add_fragment(joined, final=False)
+                            continue
                 second = source[offset + 1]
                 length = second & 0x7F
                 head = offset + 2
@@ -210,7 +247,11 @@ class FrameReader:
                 end = head + 4 + length
                 if end > size:
                     break
-                payload = apply_mask(source[head + 4 : end], source[head : head + 4])
+                if length < _VIEW_AT:
+                    payload = apply_mask(source[head + 4 : end], source[head : head + 4])
+                else:  # unmasked from a view: a large payload is not copied out first
+                    with memoryview(source) as view:
+                        payload = apply_mask(view[head + 4 : end], source[head : head + 4])
                 offset = end
                 event = self._frame(first, payload)
                 if event is not None:
@@ -263,10 +304,7 @@ class FrameReader:
             fragments = self._fragments
             if fragments is None:
                 raise FrameError(1002, "unexpected continuation frame")
-            fragments.append(payload)
-            self._fragments_size += len(payload)
-            if self._fragments_text:
-                self._check_fragment(payload, final=fin)
+            self._add_fragment(payload, final=fin)
             if not fin:
                 return None
             self._fragments = None
@@ -282,6 +320,14 @@ class FrameReader:
         if opcode == CLOSE:
             return _parse_close(payload)
         raise FrameError(1002, f"invalid opcode {opcode:#x}")
+
+    def _add_fragment(self, payload: bytes, *, final: bool) -> None:
+        """Append the payload of continuation frames to the message being reassembled."""
+        assert self._fragments is not None
+        self._fragments.append(payload)
+        self._fragments_size += len(payload)
+        if self._fragments_text:
+            self._check_fragment(payload, final=final)
 
     def _check_fragment(self, payload: bytes, *, final: bool) -> None:
         """Check the next fragment of a text message: an invalid sequence fails as soon as
