@@ -33,7 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from executor import envpolicy, proctree
-from executor.errors import ConfigError, InternalError
+from executor.env_settings import env_settings
+from executor.errors import InternalError
 from executor.output import OutputLog
 from executor.process import ConfinedCommand, exit_code_from_status
 from executor.process.confinement import SandboxConfinement
@@ -57,21 +58,6 @@ class ChildEnvironment:
     env: dict[str, str]
     #: Our variables left out because they look like secrets (names only, sorted).
     withheld: tuple[str, ...] = ()
-
-
-def env_settings(settings: Sequence[str], ours: Mapping[str, str]) -> dict[str, str]:
-    """``--env`` values (``run`` and ``exec``): ``NAME=VALUE``, or ``NAME`` for our own value
-    (left unset if we have none)."""
-    env: dict[str, str] = {}
-    for setting in settings:
-        name, sep, value = setting.partition("=")
-        if not name or "\0" in setting:
-            raise ConfigError(f"--env {setting!r}: expected NAME=VALUE or NAME")
-        if sep:
-            env[name] = value
-        elif name in ours:
-            env[name] = ours[name]
-    return env
 
 
 def child_environment(

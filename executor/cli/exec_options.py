@@ -127,8 +127,8 @@ def _token(path: str | None) -> str | None:
 
 def exec_main(args: argparse.Namespace) -> int:
     """``executor exec``: usage errors raise ``ConfigError`` (exit 2)."""
+    from executor.env_settings import env_settings
     from executor.remote_exec import ExecRequest, exec_command
-    from executor.runner import env_settings
 
     argv = list(args.argv)
     if argv and argv[0] == "--":
