@@ -28,7 +28,7 @@ import psutil
 
 from bench.client import BenchClient
 
-__all__ = ["Case", "CpuMeter", "DaemonProcess", "Metric", "Target", "free_port"]
+__all__ = ["Case", "CpuMeter", "DaemonProcess", "Metric", "Target", "free_port", "raise_fd_limit"]
 
 MiB = 1024 * 1024
 REPO = Path(__file__).resolve().parent.parent
@@ -345,6 +345,21 @@ def our_command() -> str:
         f"{program} serve --listen ws://127.0.0.1:{{port}} --log-level warning"
         " --http-allow-cidr 127.0.0.1"
     )
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft limit on open descriptors to the hard one; the new soft limit.
+
+    The scale cases hold hundreds of connections in this process, and the daemons started
+    from it (which inherit the limit) a socket and pipes for each.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            return soft
+    return hard
 
 
 async def settle(seconds: float = 0.3) -> None:

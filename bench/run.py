@@ -27,23 +27,29 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import cases as cases_package
-from bench.harness import Case, DaemonProcess, Metric, Target, our_command
+from bench.harness import Case, DaemonProcess, Metric, Target, our_command, raise_fd_limit
 
 Results = dict[str, dict[str, list[float]]]  # metric -> target -> samples
 
 
-def discover(only: Sequence[str]) -> list[Case]:
-    """Every ``Case`` of every module in ``bench/cases``, filtered by name prefix."""
+def discover(only: Sequence[str], skip: Sequence[str] = ()) -> list[Case]:
+    """Every ``Case`` of every module in ``bench/cases`` that ``only`` selects (all when
+    empty) and ``skip`` does not: each a case name, a name prefix or a module name."""
     found: list[Case] = []
     for module_info in sorted(pkgutil.iter_modules(cases_package.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"bench.cases.{module_info.name}")
         for case in getattr(module, "CASES", []):
-            if not only or any(
-                case.name == o or case.name.startswith(o + ".") or module_info.name == o
-                for o in only
+            if (not only or _matches(case, module_info.name, only)) and not _matches(
+                case, module_info.name, skip
             ):
                 found.append(case)
     return found
+
+
+def _matches(case: Case, module: str, names: Sequence[str]) -> bool:
+    return any(
+        case.name == name or case.name.startswith(name + ".") or module == name for name in names
+    )
 
 
 class Side:
@@ -228,6 +234,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="a case name, its prefix (e.g. rpc) or its module; repeatable",
     )
     parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="CASE",
+        help="leave out a case, prefix or module (e.g. scale); repeatable",
+    )
+    parser.add_argument(
         "--trials", type=int, default=3, help="interleaved trials per case (default: %(default)s)"
     )
     parser.add_argument("--json", metavar="PATH", help="also write every sample as JSON")
@@ -237,7 +250,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 async def main_async(args: argparse.Namespace) -> int:
     """Run every selected case ``--trials`` times, interleaving the sides."""
-    selected = discover(args.only)
+    selected = discover(args.only, args.skip)
     if args.list or not selected:
         for case in selected:
             print(f"{case.name:22} {case.description}")
@@ -263,6 +276,7 @@ async def main_async(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point."""
+    raise_fd_limit()
     return asyncio.run(main_async(parse_args(argv)))
 
 

@@ -13,15 +13,24 @@ import base64
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench import rawcount
+from bench.cases import rpc, scale
 from bench.cases.fs import Expected
-from bench.client import BASE64, DECODED_BYTES, BenchClient, decoded_length
-from bench.harness import Case, DaemonProcess, Metric, our_command
+from bench.client import (
+    BASE64,
+    DECODED_BYTES,
+    BenchClient,
+    BlockingClient,
+    decoded_length,
+    masked_frames,
+)
+from bench.harness import Case, DaemonProcess, Metric, Target, our_command
 from bench.run import discover, report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,6 +168,41 @@ def test_a_client_bound_side_is_flagged() -> None:
     assert flagged[0].startswith("fast") and "client-bound on reference" in flagged[0]
 
 
+def client_frames(data: bytes) -> list[tuple[int, bytes]]:
+    """(first byte, unmasked payload) of each client frame in ``data``."""
+    frames = []
+    while data:
+        first, length = data[0], data[1] & 0x7F
+        assert data[1] & 0x80, "a client frame must be masked"
+        head = 2
+        if length == 126:
+            length, head = int.from_bytes(data[2:4], "big"), 4
+        elif length == 127:
+            length, head = int.from_bytes(data[2:10], "big"), 10
+        key = data[head : head + 4]
+        body = data[head + 4 : head + 4 + length]
+        frames.append((first, bytes(b ^ key[i % 4] for i, b in enumerate(body))))
+        data = data[head + 4 + length :]
+    return frames
+
+
+@pytest.mark.parametrize("size", [0, 1, 63, 64, 65, 130, 70_000])
+def test_masked_frames_fragment_a_message(size: int) -> None:
+    payload = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
+    frames = client_frames(masked_frames(payload, fragment=64))
+    assert b"".join(body for _first, body in frames) == payload
+    assert all(len(body) == 64 for _first, body in frames[:-1])
+    firsts = [first for first, _body in frames]
+    if len(frames) == 1:
+        assert firsts == [0x81]
+    else:  # text, continuations, FIN on the last only
+        assert firsts == [0x01] + [0x00] * (len(frames) - 2) + [0x80]
+    ((first, body),) = client_frames(masked_frames(payload))
+    assert first == 0x81 and body == payload
+    if size >= 8:  # really masked: a random key, not the zero key
+        assert masked_frames(payload)[-size:] != payload
+
+
 def run_bench(*args: str, tmp_path: Path) -> tuple[dict[str, dict[str, list[float]]], str]:
     out = tmp_path / "samples.json"
     result = subprocess.run(
@@ -177,8 +221,9 @@ def run_bench(*args: str, tmp_path: Path) -> tuple[dict[str, dict[str, list[floa
 
 @pytest.mark.slow
 def test_every_case_yields_every_metric(tmp_path: Path) -> None:
-    samples, table = run_bench(tmp_path=tmp_path)
-    for case in discover([]):
+    # The scale cases at their real size take minutes: they run tiny below.
+    samples, table = run_bench("--skip", "scale", tmp_path=tmp_path)
+    for case in discover([], ["scale"]):
         for metric in case.metrics:
             if metric.name.endswith(".wrapper"):
                 continue  # the reference's node wrapper: only the reference has one
@@ -215,3 +260,46 @@ def test_a_reference_is_measured_side_by_side(tmp_path: Path) -> None:
     assert 0.2 < ratio < 5
     cpu_row = table.split("CPU in the timed window", 1)[1]
     assert "rpc.status" in cpu_row
+
+
+@pytest.fixture
+def our_target(tmp_path: Path) -> Iterator[Target]:
+    daemon = DaemonProcess(our_command())
+    daemon.start()
+    try:
+        yield Target(name="ours", url=daemon.url, daemon=daemon, workdir=tmp_path)
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.slow
+def test_the_blocking_client_times_requests_and_fragmented_messages(our_target: Target) -> None:
+    client = BlockingClient(our_target.url)
+    try:
+        samples = client.roundtrips([client.request_frame("environment/status") for _ in range(50)])
+        assert len(samples) == 50 and all(sample > 0 for sample in samples)
+        assert client.request("environment/status") is not None  # still in step
+        path = our_target.workdir / "fragmented.bin"
+        message, written = rpc.write_file_message(path, 8192)
+        client.sock.sendall(masked_frames(message, fragment=64))
+        rpc.check(client.answer())
+        assert path.stat().st_size == written
+    finally:
+        client.close()
+
+
+@pytest.mark.slow
+def test_scale_cases_at_a_tiny_size(our_target: Target) -> None:
+    async def scenario() -> tuple[dict[str, float], dict[str, float]]:
+        streamed = await scale.streams(our_target, 3, total=3 * 65536)
+        started = await scale.start_latency(our_target, 2, probes=3)
+        return streamed, started
+
+    streamed, started = asyncio.run(scenario())
+    assert streamed["scale.streams.3"] > 0 and streamed["scale.streams.3.rss"] > 1
+    assert streamed["scale.streams.3.cpu.daemon"] >= 0
+    assert started["scale.start.m2.probes"] == 3
+    assert 0 < started["scale.start.m2.p50"] <= started["scale.start.m2.p99"]
+    assert started["scale.start.m2.closed"] >= started["scale.start.m2.p50"]
+    assert started["scale.start.m2.streams"] > 0  # the load streamed during the probes
+    assert started["scale.start.m2.p50.cpu.client"] > 0
