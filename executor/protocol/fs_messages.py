@@ -66,6 +66,22 @@ _NOT_BASE64: Final = re.compile(rb"[^A-Za-z0-9+/=]")
 def decode_base64_strict(text: str) -> bytes:
     """Canonical padded base64 (RFC 4648 §4), failing with the reference's wording."""
     raw = text.encode("utf-8", "surrogatepass")
+    try:
+        # The strict decoder refuses all that _diagnose_base64 refuses (it is SIMD; its
+        # regular expression took ~275 ms on a 16 MiB message): it only runs to say why,
+        # in the reference's words.
+        data = b64codec.decode(raw)
+    except ValueError:
+        _diagnose_base64(raw)
+        raise
+    body = len(raw) - (2 if raw.endswith(b"==") else 1 if raw.endswith(b"=") else 0)
+    if body % 4 and base64.b64encode(data[-(3 * (body % 4) // 4) :]) != raw[-4:]:
+        raise ValueError(f"Invalid last symbol {raw[body - 1]}, offset {body - 1}.")
+    return data
+
+
+def _diagnose_base64(raw: bytes) -> None:
+    """Raise the reference's description of what is wrong with the base64 ``raw``."""
     bad = _NOT_BASE64.search(raw)
     if bad is not None:
         raise ValueError(f"Invalid symbol {raw[bad.start()]}, offset {bad.start()}.")
@@ -77,10 +93,6 @@ def decode_base64_strict(text: str) -> bytes:
         raise ValueError("Invalid input length")
     if len(raw) % 4 or len(raw) - body > 2:
         raise ValueError("Invalid padding")
-    data = b64codec.decode(raw)
-    if body % 4 and base64.b64encode(data[-(3 * (body % 4) // 4) :]) != raw[-4:]:
-        raise ValueError(f"Invalid last symbol {raw[body - 1]}, offset {body - 1}.")
-    return data
 
 
 # --- params ---------------------------------------------------------------------------------
