@@ -16,11 +16,15 @@ from executor.client.recovery import Link
 from executor.client.transport import connector_for
 from executor.protocol import methods
 
-__all__ = ["DEFAULT_RECOVERY_DEADLINE", "Environment", "connect"]
+__all__ = ["DEFAULT_OUTPUT_BUFFER_BYTES", "DEFAULT_RECOVERY_DEADLINE", "Environment", "connect"]
 
 #: How long a dropped connection may take to come back before the session fails (the
 #: reference's value; a server keeps a detached session for 80 s).
 DEFAULT_RECOVERY_DEADLINE = 25.0
+
+#: Unread output kept in memory per process. Past it, chunks are not kept but fetched again
+#: from the server's retention (1 MiB per process by default) once the reader catches up.
+DEFAULT_OUTPUT_BUFFER_BYTES = 16 << 20
 
 #: Requests that change nothing, so one cut off by a dropped connection is simply sent
 #: again on the next connection. Every other request gets ``OutcomeUnknown`` instead.
@@ -256,6 +260,7 @@ def connect(
     recovery_deadline: float = DEFAULT_RECOVERY_DEADLINE,
     connect_timeout: float | None = None,
     resume_session_id: str | None = None,
+    output_buffer_bytes: int | None = DEFAULT_OUTPUT_BUFFER_BYTES,
 ) -> _Connecting:
     """Connect to an executor.
 
@@ -266,7 +271,13 @@ def connect(
     before the session fails. ``connect_timeout``: for opening the connection and the
     handshake (default 10 s, 30 s for stdio). ``resume_session_id``: attach to an existing
     detached session (its processes are not adopted as handles).
+    ``output_buffer_bytes``: the unread output of each process kept in memory; past it,
+    output is fetched again from the server's retention when the reader catches up, and a
+    process whose output the server no longer has fails alone (``ProcessLost``). ``None``:
+    no bound.
     """
+    if output_buffer_bytes is not None and output_buffer_bytes < 1:
+        raise ClientError("output_buffer_bytes must be positive (or None: no bound)")
     return _Connecting(
         url,
         {
@@ -275,5 +286,6 @@ def connect(
             "resume_session_id": resume_session_id,
             "client_name": client_name,
             "recovery_deadline": recovery_deadline,
+            "output_buffer_bytes": output_buffer_bytes,
         },
     )

@@ -63,11 +63,13 @@ class SessionFailed(ClientError):
 
 
 class ProcessLost(ClientError):
-    """One process could not be recovered after a reconnect (the output it missed is no
-    longer retained by the server, or the catch-up failed); the others go on."""
+    """One process could not be followed: output it missed while the connection was down,
+    or that its reader did not keep up with, is no longer retained by the server (or the
+    catch-up failed); the others go on."""
 
-    def __init__(self, process_id: str, reason: str) -> None:
-        super().__init__(f"process {process_id} was lost while recovering: {reason}")
+    def __init__(self, process_id: str, reason: str, *, recovering: bool = True) -> None:
+        when = " while recovering" if recovering else ""
+        super().__init__(f"process {process_id} was lost{when}: {reason}")
         self.process_id = process_id
         self.reason = reason
 

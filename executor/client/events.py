@@ -7,6 +7,13 @@ different tasks) and twice (a live notification and the same chunk fetched by a 
 at or below the last published seq is dropped. A catch-up after a reconnect fills the gap
 from what the server still retains, and reconstructs the exit and close, which
 ``process/read`` reports as flags rather than as numbered events, at the seqs they used.
+
+What is published waits for its reader in a buffer bounded per process (``limit`` bytes).
+A chunk that would take it over the bound is not kept: the run of seqs dropped so is
+remembered as a *gap*, and every later chunk joins it until the reader has emptied the
+buffer; then the gap is fetched again, ``limit`` bytes at a time, with ``process/read`` from
+what the server retains. Only when the server no longer has it does the process fail
+(``ProcessLost`` naming the seqs), after everything before the gap was read.
 """
 
 from __future__ import annotations
@@ -14,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from executor.client.errors import ClientError
+from executor.client.errors import ClientError, ProcessLost
 
 __all__ = ["Changes", "Closed", "Event", "ExitResult", "Exited", "OutputChunk", "ProcessEvents"]
 
@@ -62,6 +70,9 @@ class Closed:
 
 
 Event = OutputChunk | Exited | Closed
+
+#: ``fetch(after_seq, max_bytes)``: a ``process/read`` of the process's retained output.
+Fetch = Callable[[int, int | None], Awaitable[dict[str, Any]]]
 
 
 class RecoveryGap(ClientError):
@@ -108,8 +119,14 @@ class Changes:
 class ProcessEvents:
     """The ordering buffer and the published state of one process."""
 
-    def __init__(self, process_id: str) -> None:
+    def __init__(
+        self, process_id: str, *, limit: int | None = None, fetch: Fetch | None = None
+    ) -> None:
         self.process_id = process_id
+        #: Most bytes of published output kept for the reader (``None``: no bound; a bound
+        #: needs ``fetch``, to get back what it did not keep).
+        self.limit = limit if fetch is not None else None
+        self._fetch = fetch
         #: Every event up to this seq has been published.
         self.last_published = 0
         #: Events above ``last_published``, waiting for the ones below them.
@@ -121,9 +138,22 @@ class ProcessEvents:
         #: Set when the process can no longer be followed (lost gap, session failed).
         self.failure: ClientError | None = None
         self._chunks: deque[OutputChunk] = deque()
+        #: Bytes in ``_chunks``, and the most there ever were.
+        self.buffered = 0
+        self.peak_buffered = 0
+        #: ``[after, through]``: published chunks with seqs in (after, through] were not
+        #: kept (the buffer was full); everything up to ``after`` was.
+        self._gap: list[int] | None = None
+        #: The seq of the exit, once published (a gap may span it: it holds no chunk).
+        self._exit_seq: int | None = None
+        #: The close's seq, published while a gap was open: the close is the reader's only
+        #: once the gap is filled.
+        self._close_seq: int | None = None
         self._changes = Changes()
         #: Called once, when the close has been published (the owner forgets the process).
         self.on_closed: Any = None
+        #: Called once, when output the reader did not keep is gone for good.
+        self.on_lost: Any = None
 
     @property
     def finished(self) -> bool:
@@ -192,12 +222,63 @@ class ProcessEvents:
         """The next published chunk; ``None`` after the close; the failure, raised."""
         while True:
             if self._chunks:
-                return self._chunks.popleft()
+                chunk = self._chunks.popleft()
+                self.buffered -= len(chunk.data)
+                return chunk
             if self.closed:
                 return None
             if self.failure is not None:
                 raise self.failure
+            if self._gap is not None:
+                await self._fill_gap()
+                continue
             await self._changes.wait()
+
+    async def _fill_gap(self) -> None:
+        """Fetch the next part of the gap (at most ``limit`` bytes) from the server."""
+        assert self._gap is not None and self._fetch is not None
+        try:
+            read = await self._fetch(self._gap[0], self.limit)
+        except ClientError as exc:
+            if not self.finished and self._gap is not None:
+                self._lose(f"reading it again failed: {exc}")
+            return
+        gap = self._gap
+        if self.finished or gap is None:
+            return
+        progressed = False
+        for raw in read.get("chunks") or ():
+            seq = int(raw["seq"])
+            if seq <= gap[0]:
+                continue
+            if seq > gap[1]:
+                break  # published after the gap: it has its place already
+            if any(missing != self._exit_seq for missing in range(gap[0] + 1, seq)):
+                break  # evicted: the server keeps only the newest output
+            self._keep(OutputChunk(seq, raw["stream"], base64.b64decode(raw["chunk"])))
+            gap[0] = seq
+            progressed = True
+        if gap[0] >= gap[1]:
+            self._gap = None
+            if self._close_seq is not None:
+                self._publish_close()
+            self._changes.notify()
+        elif not progressed:
+            self._lose("the server no longer retains it")
+
+    def _lose(self, reason: str) -> None:
+        assert self._gap is not None
+        first, last = self._gap[0] + 1, self._gap[1]
+        self.fail(
+            ProcessLost(
+                self.process_id,
+                f"its output from seq {first} to seq {last} was not kept (its reader fell "
+                f"more than {self.limit} bytes behind) and {reason}",
+                recovering=False,
+            )
+        )
+        if self.on_lost is not None:
+            self.on_lost(self)
 
     async def wait_exit(self) -> ExitResult:
         """The exit, once published; the failure, raised, if it never will be."""
@@ -222,14 +303,37 @@ class ProcessEvents:
             self.last_published = event.seq
             published = True
             if isinstance(event, OutputChunk):
-                self._chunks.append(event)
+                self._publish_chunk(event)
             elif isinstance(event, Exited):
                 self.exit = event.result
+                self._exit_seq = event.seq
             else:
-                self.closed = True
                 self.pending.clear()
-                if self.on_closed is not None:
-                    self.on_closed(self)
+                if self._gap is None:
+                    self._publish_close()
+                else:
+                    self._close_seq = event.seq
                 break
         if published:
             self._changes.notify()
+
+    def _publish_chunk(self, chunk: OutputChunk) -> None:
+        if self._gap is not None:
+            self._gap[1] = chunk.seq  # after a gap, nothing is kept until it is filled
+        elif (
+            self.limit is not None and self._chunks and self.buffered + len(chunk.data) > self.limit
+        ):
+            self._gap = [chunk.seq - 1, chunk.seq]
+        else:
+            self._keep(chunk)
+
+    def _keep(self, chunk: OutputChunk) -> None:
+        self._chunks.append(chunk)
+        self.buffered += len(chunk.data)
+        self.peak_buffered = max(self.peak_buffered, self.buffered)
+
+    def _publish_close(self) -> None:
+        self.closed = True
+        self._close_seq = None
+        if self.on_closed is not None:
+            self.on_closed(self)

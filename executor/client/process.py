@@ -65,13 +65,21 @@ class Process:
         return self._events.exit
 
     @property
+    def buffered_bytes(self) -> int:
+        """Output received and not read yet: at most the connection's
+        ``output_buffer_bytes`` (or one chunk, if a chunk is larger)."""
+        return self._events.buffered
+
+    @property
     def closed(self) -> bool:
         """Every output chunk has been received (they may still be unread)."""
         return self._events.closed
 
     async def output(self) -> AsyncIterator[OutputChunk]:
         """Every output chunk, in order, exactly once, until the process has closed (exited
-        and every stream ended). Meant for one consumer: chunks are handed out once.
+        and every stream ended). Meant for one consumer: chunks are handed out once. Unread
+        output is kept up to a bound; past it, it is fetched again from the server when
+        this reader catches up (``ProcessLost`` if the server no longer has it).
 
         Raises ``ProcessLost`` or ``SessionFailed`` after the last chunk that could be
         delivered when the process can no longer be followed.

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import random
 from collections.abc import Callable
@@ -78,11 +79,14 @@ class Link:
         client_name: str,
         recovery_deadline: float,
         initialize_timeout: float = 10.0,
+        output_buffer_bytes: int | None = None,
     ) -> None:
         self._connector = connector
         self._client_name = client_name
         self.recovery_deadline = recovery_deadline
         self._initialize_timeout = initialize_timeout
+        #: Each process's unread output kept in memory (``None``: unbounded).
+        self.output_buffer_bytes = output_buffer_bytes
         self.status = Status.RECOVERING
         self._rpc: RpcConnection | None = None
         self._failure: str | None = None
@@ -187,8 +191,13 @@ class Link:
             rpc = await self.connection()
             if process_id in self.processes or process_id in self._orphans:
                 raise ClientError(f"process id {process_id!r} is already in use")
-            events = ProcessEvents(process_id)
+            events = ProcessEvents(
+                process_id,
+                limit=self.output_buffer_bytes,
+                fetch=functools.partial(self._read_retained, process_id),
+            )
             events.on_closed = self._forget
+            events.on_lost = self._lost
             self.processes[process_id] = events
             self._active_starts += 1
             try:
@@ -243,6 +252,24 @@ class Link:
     def _forget_stream(self, stream: BodyStream) -> None:
         if self.http_streams.get(stream.request_id) is stream:
             del self.http_streams[stream.request_id]
+
+    async def _read_retained(
+        self, process_id: str, after_seq: int, max_bytes: int | None
+    ) -> dict[str, Any]:
+        params = {
+            "processId": process_id,
+            "afterSeq": after_seq,
+            "maxBytes": max_bytes,
+            "waitMs": 0,
+        }
+        result: dict[str, Any] = await self.call(methods.PROCESS_READ, params, idempotent=True)
+        return result
+
+    def _lost(self, events: ProcessEvents) -> None:
+        """A process whose output can no longer be delivered: killed, as in a catch-up."""
+        self._forget(events)
+        self._orphans.add(events.process_id)
+        self._spawn(self._reap_when_connected())
 
     def _forget(self, events: ProcessEvents) -> None:
         if self.processes.get(events.process_id) is events:

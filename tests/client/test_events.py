@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from executor.client.errors import ClientError
+from executor.client.errors import ClientError, ProcessLost
 from executor.client.events import (
     Closed,
     Event,
@@ -128,3 +128,75 @@ def test_a_failure_ends_output_after_what_was_delivered() -> None:
             await events.wait_exit()
 
     asyncio.run(consume())
+
+
+class Retention:
+    """A server's retained output, as ``process/read`` answers from it: chunks with a seq
+    from ``oldest`` on (older ones were evicted)."""
+
+    def __init__(self, chunks: list[OutputChunk], oldest: int = 1) -> None:
+        self.chunks = chunks
+        self.oldest = oldest
+        self.reads: list[tuple[int, int | None]] = []
+
+    async def fetch(self, after: int, max_bytes: int | None) -> dict[str, object]:
+        self.reads.append((after, max_bytes))
+        out: list[dict[str, object]] = []
+        total = 0
+        for c in self.chunks:
+            if c.seq <= after or c.seq < self.oldest:
+                continue
+            if out and max_bytes is not None and total + len(c.data) > max_bytes:
+                break
+            out.append(wire(c.seq, c.data))
+            total += len(c.data)
+        return {"chunks": out, "nextSeq": 0, "exited": False, "closed": False}
+
+
+def test_past_the_bound_output_is_fetched_again_once_the_reader_catches_up() -> None:
+    """Forty 4-byte chunks, an exit and a close, all published before anything is read,
+    with a 10-byte bound: every chunk arrives once and in order, the buffer never holds
+    more than the bound, and the close waits for the gap to be filled."""
+    chunks = [chunk(seq, b"%04d" % seq) for seq in range(1, 41)]
+    server = Retention(chunks)
+    events = ProcessEvents("p", limit=10, fetch=server.fetch)
+    for c in chunks:
+        events.offer(c)
+    events.offer(Exited(41, ExitResult(0)))
+    events.offer(Closed(42))
+    assert events.exit == ExitResult(0)
+    closed_at_once = events.closed  # (not before the reader has the whole output)
+    assert not closed_at_once and events.buffered == 8
+    assert drain(events) == list(range(1, 41))
+    assert events.closed and events.peak_buffered <= 10
+    assert server.reads[0] == (2, 10) and len(server.reads) == 19
+
+
+def test_a_gap_across_the_exit_is_filled_around_it() -> None:
+    events_in_order: list[Event] = [chunk(1, b"aaaa"), chunk(2, b"bbbb")]
+    events_in_order += [Exited(3, ExitResult(0)), chunk(4, b"cccc"), Closed(5)]
+    server = Retention([c for c in events_in_order if isinstance(c, OutputChunk)])
+    events = ProcessEvents("p", limit=4, fetch=server.fetch)
+    for event in events_in_order:
+        events.offer(event)
+    assert drain(events) == [1, 2, 4]
+
+
+def test_a_gap_the_server_no_longer_retains_fails_the_process_alone() -> None:
+    chunks = [chunk(seq, b"%04d" % seq) for seq in range(1, 21)]
+    server = Retention(chunks, oldest=9)
+    lost: list[ProcessEvents] = []
+    events = ProcessEvents("p", limit=8, fetch=server.fetch)
+    events.on_lost = lost.append
+    for c in chunks:
+        events.offer(c)
+
+    async def consume() -> list[int]:
+        seqs = [(await events.next_chunk()) for _ in range(2)]
+        with pytest.raises(ProcessLost, match="from seq 3 to seq 20") as caught:
+            await events.next_chunk()
+        assert "no longer retains" in str(caught.value)
+        return [c.seq for c in seqs if c is not None]
+
+    assert asyncio.run(consume()) == [1, 2]
+    assert lost == [events]
