@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import socket
 import struct
 import time
+from pathlib import Path
 
 import pytest
 
+from tests.fs.helpers import uri
 from tests.support.client import RpcError, WsClient
 from tests.support.daemon import RunningDaemon
 from tests.support.rawws import (
@@ -203,3 +208,31 @@ def test_library_client_without_origin_is_accepted(shared_daemon: RunningDaemon)
         with pytest.raises(RpcError) as info:
             client.request("nope/nothing")
         assert info.value.code == -32601
+
+
+def test_large_answers_to_a_slow_reader_arrive_whole_before_the_close_echo(
+    shared_daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    """Answers the socket cannot take at once wait (uncopied) and arrive whole; the echo of
+    a close frame sent meanwhile waits behind them, and TCP ends only after it."""
+    data = os.urandom(6 * MiB)
+    path = tmp_path / "big.bin"
+    path.write_bytes(data)
+    with RawWebSocket(shared_daemon.url) as ws:
+        _initialized(ws)
+        for request_id in (10, 11):
+            ws.send_json({"id": request_id, "method": "fs/readFile", "params": {"path": uri(path)}})
+        ws.sock.settimeout(30)
+        ws.sock.recv(1, socket.MSG_PEEK)  # the first answer is being written
+        time.sleep(1.0)  # both are read and queued: 16 MiB behind a full socket
+        ws.send_frame(OP_CLOSE, struct.pack("!H", 1000))
+        answers = {}
+        for _ in range(2):
+            answer = ws.recv_json(timeout=30)
+            answers[answer["id"]] = answer
+        assert sorted(answers) == [10, 11]
+        for answer in answers.values():
+            assert base64.b64decode(answer["result"]["dataBase64"]) == data
+        opcode, payload = ws.recv_frame(timeout=10)
+        assert (opcode, payload[:2]) == (OP_CLOSE, struct.pack("!H", 1000))
+        ws.wait_closed(timeout=10)
