@@ -43,7 +43,7 @@ class MessageTransport(Protocol):
     def send_message(self, data: bytes) -> None:
         """Send one encoded message."""
 
-    def send_message_parts(self, parts: list[bytes | bytearray]) -> None:
+    def send_message_parts(self, parts: list[bytes | bytearray | memoryview]) -> None:
         """Send one encoded message given as parts, without joining them first."""
 
     def close(self, code: int = 1000, reason: str = "") -> None:

@@ -9,6 +9,7 @@ reference blocks forever on a FIFO), and a symlink swapped in after resolution f
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import stat
 from typing import Final
@@ -25,6 +26,8 @@ _WRITE_FLAGS: Final = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 #: Raw bytes encoded per step of a whole-file read (a multiple of 3: base64 chunks concatenate).
 _ENCODE_CHUNK: Final = 3 * 1024 * 1024
 _SETID_BITS: Final = stat.S_ISUID | stat.S_ISGID
+#: Answers at least this large are encoded into a mapping of their own (``_huge_buffer``).
+_HUGE_AT: Final = 4 * 1024 * 1024
 
 
 def open_for_read(
@@ -126,7 +129,9 @@ def write_file(resolver: Resolver, path: str, data: bytes, *, follow: bool) -> N
         os.close(fd)
 
 
-def read_file_base64(resolver: Resolver, path: str, *, follow: bool, limit: int) -> bytearray:
+def read_file_base64(
+    resolver: Resolver, path: str, *, follow: bool, limit: int
+) -> bytearray | memoryview:
     """``fs/readFile``: the whole file as base64, refused above ``limit`` bytes."""
     with resolver.locate(path, follow_parents=follow, follow_final=follow) as location:
         fd, opened = open_for_read(resolver, location, path, strict=not follow)
@@ -138,11 +143,12 @@ def read_file_base64(resolver: Resolver, path: str, *, follow: bool, limit: int)
         os.close(fd)
 
 
-def _encode(fd: int, path: str, limit: int, size_hint: int) -> bytearray:
+def _encode(fd: int, path: str, limit: int, size_hint: int) -> bytearray | memoryview:
     # Encode while reading, into one buffer sized from the file's size: the raw file is never
     # held whole, and the base64 text is written once and sent as it is (the answer is
     # spliced around it). Each copy of a large answer costs tens of ms of page faults.
-    encoded = bytearray(4 * ((size_hint + 2) // 3))
+    size = 4 * ((size_hint + 2) // 3)
+    encoded: bytearray | mmap.mmap = _huge_buffer(size) if size >= _HUGE_AT else bytearray(size)
     chunk = bytearray(_ENCODE_CHUNK)  # a multiple of 3: chunk encodings concatenate
     total = position = 0
     while True:
@@ -151,12 +157,33 @@ def _encode(fd: int, path: str, limit: int, size_hint: int) -> bytearray:
         if total > limit:
             raise failures.too_large(path, total, limit)
         piece = b64codec.encode(memoryview(chunk)[:filled])
-        encoded[position : position + len(piece)] = piece  # grows if the file grew
-        position += len(piece)
+        end = position + len(piece)
+        if end > len(encoded) and isinstance(encoded, mmap.mmap):
+            encoded = bytearray(encoded[:position])  # the file grew: a buffer that grows
+        encoded[position:end] = piece  # grows if the file grew
+        position = end
         if filled < len(chunk):
             break
+    if isinstance(encoded, mmap.mmap):
+        return memoryview(encoded)[:position]  # the mapping goes when the answer is sent
     del encoded[position:]  # the file shrank since it was opened
     return encoded
+
+
+def _huge_buffer(size: int) -> mmap.mmap:
+    """A private anonymous mapping of ``size`` bytes, backed by huge pages where it can be.
+
+    A 90 MB answer in a heap buffer takes ~22,000 page faults to fill (~100 ms on a VM);
+    in 2 MiB pages it takes ~45. It is unmapped as soon as the answer is written.
+    """
+    buffer = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is not None:
+        try:
+            buffer.madvise(advice)
+        except OSError:  # no transparent huge pages here: small pages, as malloc's
+            pass
+    return buffer
 
 
 def _fill(fd: int, buffer: bytearray) -> int:

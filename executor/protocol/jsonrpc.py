@@ -310,10 +310,12 @@ class Spliced(NamedTuple):
     copied again: every copy of a 90 MB answer costs tens of milliseconds of page faults.
     """
 
-    parts: tuple[bytes | bytearray, ...]
+    parts: tuple[bytes | bytearray | memoryview, ...]
 
 
-def encode_result_parts(request_id: RequestId, result: Spliced) -> list[bytes | bytearray]:
+def encode_result_parts(
+    request_id: RequestId, result: Spliced
+) -> list[bytes | bytearray | memoryview]:
     """A success response whose result is ``result``, as parts to write in order."""
     return [b'{"id":' + dumps(request_id) + b',"result":', *result.parts, b"}"]
 
@@ -333,6 +335,6 @@ def encode_notification(method: str, params: Any) -> bytes:
     return dumps({"method": method, "params": params})
 
 
-def encode_notification_parts(method: str, params: Spliced) -> list[bytes | bytearray]:
+def encode_notification_parts(method: str, params: Spliced) -> list[bytes | bytearray | memoryview]:
     """A notification whose params are ``params``, as parts to write in order."""
     return [b'{"method":' + dumps(method) + b',"params":', *params.parts, b"}"]

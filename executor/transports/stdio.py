@@ -109,7 +109,7 @@ class StdioTransport:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
-    def send_message_parts(self, parts: list[bytes | bytearray]) -> None:
+    def send_message_parts(self, parts: list[bytes | bytearray | memoryview]) -> None:
         """Queue one message line given as parts."""
         self.send_message(b"".join(parts))
 

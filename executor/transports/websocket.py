@@ -119,7 +119,7 @@ class WebSocketProtocol(asyncio.Protocol):
             max_frame=options.max_frame_bytes, max_message=options.max_message_bytes
         )
         self._connection: ConnectionCallbacks | None = None
-        self._outbox: list[bytes | bytearray] = []
+        self._outbox: list[bytes | bytearray | memoryview] = []
         self._flush_scheduled = False
         #: What the socket did not take yet, in order (see ``_flush``), and its size.
         self._pending: collections.deque[bytes | bytearray | memoryview] = collections.deque()
@@ -192,7 +192,7 @@ class WebSocketProtocol(asyncio.Protocol):
             return
         self._queue(_TEXT_OPCODE, data)
 
-    def send_message_parts(self, parts: list[bytes | bytearray]) -> None:
+    def send_message_parts(self, parts: list[bytes | bytearray | memoryview]) -> None:
         """Queue one text message given as parts (large answers are not joined first)."""
         if self._state is not _State.OPEN:
             return
@@ -396,7 +396,7 @@ class WebSocketProtocol(asyncio.Protocol):
             else:
                 self._enqueue(parts, sent)
 
-    def _enqueue(self, parts: list[bytes | bytearray], sent: int = 0) -> None:
+    def _enqueue(self, parts: list[bytes | bytearray | memoryview], sent: int = 0) -> None:
         """Queue ``parts`` less the first ``sent`` bytes; watch the socket; pause producers."""
         pending = self._pending
         for part in parts:
@@ -511,10 +511,10 @@ class WebSocketProtocol(asyncio.Protocol):
             self._transport.abort()
 
 
-def _coalesce(parts: list[bytes | bytearray]) -> list[bytes | bytearray]:
+def _coalesce(parts: list[bytes | bytearray | memoryview]) -> list[bytes | bytearray | memoryview]:
     """Join small neighbours so the kernel gets few, large buffers; big payloads stay as is."""
-    out: list[bytes | bytearray] = []
-    small: list[bytes | bytearray] = []
+    out: list[bytes | bytearray | memoryview] = []
+    small: list[bytes | bytearray | memoryview] = []
     for part in parts:
         if len(part) >= _JOIN_LIMIT:
             if small:
@@ -528,7 +528,7 @@ def _coalesce(parts: list[bytes | bytearray]) -> list[bytes | bytearray]:
     return out
 
 
-def _write(fd: int, parts: list[bytes | bytearray] | list[bytes | bytearray | memoryview]) -> int:
+def _write(fd: int, parts: list[bytes | bytearray | memoryview]) -> int:
     """Write ``parts`` to the non-blocking ``fd`` in one ``writev``: bytes taken, -1 on error."""
     try:
         return os.writev(fd, parts)
