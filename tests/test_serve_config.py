@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+import executor.logs
+import executor.serve
 from executor import cli
 from executor.cli.serve_config import config_keys, parse_with_config, read_config
 from executor.cli.serve_options import CONFIG_VALUE_TYPES, daemon_config, websocket_options
@@ -229,8 +231,8 @@ def test_the_documented_example_configures_a_daemon(
         seen.append((address, config, options))
         return 0
 
-    monkeypatch.setattr(cli, "serve", fake_serve)
-    monkeypatch.setattr(cli, "configure_logging", lambda *args: None)
+    monkeypatch.setattr(executor.serve, "serve", fake_serve)
+    monkeypatch.setattr(executor.logs, "configure_logging", lambda *args: None)
     assert cli.main(["serve", "--config", str(path)]) == 0
     [(address, config, options)] = seen
     assert (address.kind, address.port) == ("ws", 8765)
