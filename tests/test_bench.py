@@ -20,16 +20,10 @@ from typing import Any
 import pytest
 
 from bench import rawcount
+from bench.blocking import BlockingClient, masked_frames
 from bench.cases import rpc, scale
 from bench.cases.fs import Expected
-from bench.client import (
-    BASE64,
-    DECODED_BYTES,
-    BenchClient,
-    BlockingClient,
-    decoded_length,
-    masked_frames,
-)
+from bench.client import BASE64, DECODED_BYTES, BenchClient, decoded_length
 from bench.harness import Case, DaemonProcess, Metric, Target, our_command
 from bench.run import discover, report
 

@@ -27,7 +27,8 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import quote
 
-from bench.client import BlockingClient, RpcFailure, masked_frames
+from bench.blocking import BlockingClient, masked_frames
+from bench.client import RpcFailure
 from bench.harness import Case, Metric, Target
 
 REQUESTS = 10_000
