@@ -29,7 +29,8 @@ $(VENV)/bin/python:
 	@$(BIN)/python -m pip install --quiet --upgrade pip >&2
 
 # setup.py and launcher.c too: an editable install compiles the native launcher in place.
-$(VENV)/.installed: $(VENV)/bin/python pyproject.toml setup.py executor/spawn/launcher.c
+$(VENV)/.installed: $(VENV)/bin/python pyproject.toml setup.py executor/spawn/launcher.c \
+		executor/spawn/sandbox.c executor/spawn/sandbox.h
 	@scripts/ensure-system-deps.sh
 	@# Venvs made before the distribution was renamed hold it under its old name too.
 	@$(BIN)/python -m pip uninstall --quiet --yes executor >&2 2>/dev/null || true

@@ -19,7 +19,7 @@ from setuptools import Command, setup
 from setuptools.command.build import build
 from setuptools.dist import Distribution
 
-SOURCE = "executor/spawn/launcher.c"
+SOURCES = ["executor/spawn/launcher.c", "executor/spawn/sandbox.c"]
 TARGET = "executor/spawn/executor-launcher"
 CFLAGS = ["-O2", "-Wall", "-Wextra", "-std=gnu11"]
 
@@ -52,7 +52,7 @@ class BuildLauncher(Command):
         # Built beside the target and renamed over it: a running launcher keeps its old file
         # (writing into a running executable fails with ETXTBSY).
         partial = target + ".partial"
-        command = [*compiler, *CFLAGS, "-o", partial, SOURCE]
+        command = [*compiler, *CFLAGS, "-o", partial, *SOURCES]
         try:
             subprocess.run(command, check=True)
             os.replace(partial, target)
@@ -67,7 +67,7 @@ class BuildLauncher(Command):
         return [self._target()]
 
     def get_source_files(self) -> list[str]:
-        return [SOURCE]
+        return [*SOURCES, "executor/spawn/sandbox.h"]
 
     def get_output_mapping(self) -> dict[str, str]:
         return {}

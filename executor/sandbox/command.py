@@ -14,12 +14,17 @@ class ChildSetup:
 
     ``module_path`` is an absolute path to a stdlib-only module; the launcher server loads it
     once and calls ``function(payload, ctx)`` with a ``ChildContext``. ``payload`` holds only
-    builtins (it is pickled to the launcher).
+    builtins (it is pickled to the launcher). ``native``, when given, does the same in the
+    native launcher.
     """
 
     module_path: str
     function: str
     payload: Any
+    #: The same setup for the native launcher (``executor/spawn/sandbox.c``), in the encoding
+    #: it reads; used instead of ``module_path`` when that launcher is built and not turned
+    #: off (``EXECUTOR_SANDBOX_LAUNCH=python``). ``None``: Python only.
+    native: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

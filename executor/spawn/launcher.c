@@ -1,5 +1,6 @@
 /*
- * executor-launcher: the native launcher server for commands that need no backend setup.
+ * executor-launcher: the native launcher server, for plain commands and, with sandbox.c, for
+ * commands under the Linux backend's sandbox.
  *
  * The daemon starts it as `executor-launcher <control-fd> <daemon-pid>` and sends one
  * request per command on the control socket (a Unix stream socket):
@@ -8,16 +9,28 @@
  *     tty ("0" or "1"), cwd, executable, argc (decimal), argv[0..argc), env ("KEY=VALUE")...
  *   and, as SCM_RIGHTS on the first byte, the descriptors status, stdin, stdout, stderr.
  *
+ *   A sandboxed launch puts its spec first: "S\0\0\0\0", the spec's 4-byte big-endian
+ *   length, the spec (sandbox.c; encoded by plugins/executor_linux/native_spec.py), then the
+ *   fields above. (A launcher that predates specs reads an empty argc there and refuses the
+ *   request; the daemon sends specs only to a launcher whose usage text names the version.)
+ *
  * For each request it forks a supervisor and forgets it (SIGCHLD is ignored, so the kernel
  * reaps supervisors). The supervisor speaks the status-line protocol of zygote.py on the
- * status pipe: "S <pid> <supervisor>", "E <stage> <errno> <detail>", "X <wait status>", then
- * EOF once the command and every descendant are gone (it is their child subreaper).
+ * status pipe: "S <pid> <supervisor>", "E <stage> <errno> <detail>", "O <observed layers>"
+ * (sandboxed launches, before "S"), "X <wait status>", then EOF once the command and every
+ * descendant are gone (it is their child subreaper).
+ *
+ * A plain command is started with posix_spawn. A sandboxed one is forked with an error pipe
+ * (close-on-exec): the child applies the layers (sandbox.c, the same stages as
+ * plugins/executor_linux/launcher.py) and reports a failed stage, or what it observed, there;
+ * the supervisor relays that and reports the start when the pipe closes.
  *
  * Why native: this machine's kind of VM makes fork() cost ~0.1 ms for a small C process but
  * ~0.7 ms for the Python launcher server (page tables and copy-on-write faults of a 13 MB
  * interpreter), and a forked Python supervisor adds ~1 ms more. For bursts of plain commands
- * that is most of the daemon's cost. Sandboxed commands still go through zygote.py, because
- * backends run Python setup code between fork and exec.
+ * that is most of the daemon's cost; a sandboxed launch forks three times (supervisor, child,
+ * PID 1 of its namespaces). Commands of other backends' Python setup hooks, and sandboxed
+ * ones when EXECUTOR_SANDBOX_LAUNCH=python, still go through zygote.py.
  */
 
 #define _GNU_SOURCE /* POSIX_SPAWN_SETSID, MSG_CMSG_CLOEXEC */
@@ -33,8 +46,11 @@
 #include <stdint.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "sandbox.h"
 
 #ifndef PR_SET_CHILD_SUBREAPER
 #define PR_SET_CHILD_SUBREAPER 36
@@ -249,6 +265,8 @@ struct launch {
     const char *cwd;
     char **argv;
     char **envp;
+    int sandboxed;
+    struct sandbox sandbox;
 };
 
 /* Report the command's exit, reap every descendant, return when none is left. SIGCHLD and
@@ -284,6 +302,133 @@ static void fail(const struct launch *launch, const char *stage, int error) {
     report(launch->fds[0], "E %s %d %s\n", stage, error, strerror(error));
 }
 
+/* The sandboxed command's child: stdio at 0..2, the error pipe the only other descriptor,
+ * then sandbox.c applies the layers. Never returns. */
+static void __attribute__((noreturn)) sandboxed_child(const struct launch *launch, int error_fd) {
+    int high[4];
+    const int sources[4] = {launch->fds[1], launch->fds[2], launch->fds[3], error_fd};
+    for (int i = 0; i < 4; i++) {
+        high[i] = fcntl(sources[i], F_DUPFD_CLOEXEC, 10);
+        if (high[i] < 0) {
+            report(error_fd, "launcher %d %s\n", errno, strerror(errno));
+            _exit(127);
+        }
+    }
+    for (int target = 0; target < 3; target++) {
+        if (dup2(high[target], target) < 0) { /* clears close-on-exec */
+            report(high[3], "launcher %d %s\n", errno, strerror(errno));
+            _exit(127);
+        }
+    }
+    if (dup3(high[3], 3, O_CLOEXEC) < 0) {
+        report(high[3], "launcher %d %s\n", errno, strerror(errno));
+        _exit(127);
+    }
+    /* Nothing else of the launcher's reaches the command: the status pipe, the control socket
+     * and every descriptor received for other launches are closed. */
+    if (syscall(SYS_close_range, 4U, ~0U, 0U) < 0) {
+        long limit = sysconf(_SC_OPEN_MAX);
+        for (long fd = 4; fd < (limit > 0 ? limit : 65536); fd++) {
+            close((int)fd);
+        }
+    }
+    struct sandbox_command command = {
+        .executable = launch->executable,
+        .cwd = launch->cwd,
+        .argv = launch->argv,
+        .envp = launch->envp,
+        .tty = launch->tty,
+    };
+    sandbox_launch(&launch->sandbox, &command, 3);
+}
+
+/* The supervisor of a sandboxed command (zygote.py: _supervise with a setup hook): fork the
+ * child, relay what it reports on the error pipe until that closes (its execve, or PID 1's
+ * spawn of the command), then the start, the exit and the end. */
+static void __attribute__((noreturn)) supervise_sandboxed(const struct launch *launch) {
+    int status_fd = launch->fds[0];
+    int pipe_fds[2];
+    if (pipe2(pipe_fds, O_CLOEXEC) < 0) {
+        fail(launch, "fork", errno);
+        _exit(0);
+    }
+    pid_t child = fork();
+    if (child == 0) {
+        close(pipe_fds[0]);
+        sandboxed_child(launch, pipe_fds[1]);
+    }
+    int fork_error = errno;
+    close(pipe_fds[1]);
+    for (int i = 1; i < 4; i++) {
+        close(launch->fds[i]);
+    }
+    if (child < 0) {
+        fail(launch, "fork", fork_error);
+        _exit(0);
+    }
+    size_t capacity = 4096;
+    size_t used = 0;
+    char *received = malloc(capacity);
+    for (;;) {
+        if (received != NULL && capacity - used < 1024) {
+            char *grown = realloc(received, capacity * 2);
+            if (grown == NULL) {
+                free(received);
+                received = NULL;
+            } else {
+                received = grown;
+                capacity *= 2;
+            }
+        }
+        char scratch[1024];
+        char *into = received != NULL ? received + used : scratch;
+        size_t room = received != NULL ? capacity - used - 1 : sizeof scratch;
+        ssize_t got = read(pipe_fds[0], into, room);
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got <= 0) {
+            break;
+        }
+        if (received != NULL) {
+            used += (size_t)got;
+        }
+    }
+    close(pipe_fds[0]);
+    if (received == NULL) {
+        /* Out of memory: what the child said is lost, so it is not known to have started. */
+        report(status_fd, "E launcher %d %s\n", ENOMEM, strerror(ENOMEM));
+        reap(-1, status_fd, 0);
+        _exit(0);
+    }
+    received[used] = '\0';
+    /* "+..." lines: what the child observed of its layers; any other line: the failure. */
+    const char *failure = NULL;
+    for (char *line = received; *line;) {
+        char *end = strchr(line, '\n');
+        if (end != NULL) {
+            *end = '\0';
+        }
+        if (line[0] != '+' && failure == NULL) {
+            failure = line;
+        }
+        line = end != NULL ? end + 1 : line + strlen(line);
+    }
+    if (failure != NULL) {
+        report(status_fd, "E %s\n", failure);
+    } else {
+        for (const char *line = received; line < received + used; line += strlen(line) + 1) {
+            if (line[0] == '+') {
+                report(status_fd, "O %s\n", line + 1);
+            }
+        }
+        report(status_fd, "S %d %d\n", (int)child, (int)getpid());
+    }
+    free(received);
+    reap(child, status_fd, failure == NULL);
+    _exit(0);
+}
+
 /* The supervisor: runs in the forked child and never returns. */
 static void supervise(const struct launch *launch) {
     int status_fd = launch->fds[0];
@@ -303,6 +448,9 @@ static void supervise(const struct launch *launch) {
     prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
     if (getppid() != launch->launcher) { /* the launcher died before the signal was armed */
         _exit(0);
+    }
+    if (launch->sandboxed) {
+        supervise_sandboxed(launch);
     }
     if (chdir(launch->cwd) != 0) {
         fail(launch, "chdir", errno);
@@ -422,8 +570,27 @@ static int receive(int control, char **payload, uint32_t *length, int *fds, int 
     return 0;
 }
 
-/* Split the payload into the launch fields; the arrays point into `payload`. */
-static int parse(char *payload, uint32_t length, struct launch *launch) {
+static const char SANDBOX_PREFIX[5] = {'S', 0, 0, 0, 0};
+
+/* Split the payload into the launch fields (and the sandbox spec, if it has one); the arrays
+ * point into `payload`. */
+static int parse(char *payload, uint32_t length, struct launch *launch, const char **why) {
+    *why = "malformed launch request";
+    if (length >= 9 && memcmp(payload, SANDBOX_PREFIX, sizeof SANDBOX_PREFIX) == 0) {
+        const unsigned char *size_bytes = (const unsigned char *)payload + 5;
+        uint32_t size = (uint32_t)size_bytes[0] << 24 | (uint32_t)size_bytes[1] << 16 |
+                        (uint32_t)size_bytes[2] << 8 | (uint32_t)size_bytes[3];
+        if (size > length - 9) {
+            return -1;
+        }
+        if (sandbox_decode((const unsigned char *)payload + 9, size, &launch->sandbox, why) < 0) {
+            return -1;
+        }
+        launch->sandboxed = 1;
+        payload += 9 + size;
+        length -= 9 + size;
+        *why = "malformed launch request";
+    }
     if (length == 0 || payload[length - 1] != '\0') {
         return -1;
     }
@@ -444,6 +611,10 @@ static int parse(char *payload, uint32_t length, struct launch *launch) {
     long argc = fields >= 4 ? strtol(field[3], &end, 10) : 0;
     if (fields < 4 || *end != '\0' || argc < 1 || (size_t)argc > fields - 4) {
         free(field);
+        if (launch->sandboxed) {
+            sandbox_free(&launch->sandbox);
+            launch->sandboxed = 0;
+        }
         return -1;
     }
     launch->tty = field[0][0] == '1';
@@ -462,7 +633,9 @@ static int parse(char *payload, uint32_t length, struct launch *launch) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: executor-launcher CONTROL-FD DAEMON-PID (started by the daemon)\n");
+        fprintf(stderr, "usage: executor-launcher CONTROL-FD DAEMON-PID (started by the daemon; "
+                        "sandbox-spec %d)\n",
+                SANDBOX_SPEC_VERSION);
         return 2;
     }
     int control = atoi(argv[1]);
@@ -488,9 +661,10 @@ int main(int argc, char **argv) {
         launch.control_fd = control;
         launch.launcher = getpid();
         memcpy(launch.fds, fds, sizeof launch.fds);
-        if (fd_count != 4 || parse(payload, length, &launch) < 0) {
+        const char *why = "malformed launch request";
+        if (fd_count != 4 || parse(payload, length, &launch, &why) < 0) {
             if (fd_count > 0) {
-                report(fds[0], "E launcher 0 malformed launch request\n");
+                report(fds[0], "E launcher 0 %s\n", why);
             }
         } else {
             pid_t pid = fork();
@@ -501,6 +675,9 @@ int main(int argc, char **argv) {
                 fail(&launch, "fork", errno);
             }
             free(launch.argv);
+            if (launch.sandboxed) {
+                sandbox_free(&launch.sandbox);
+            }
         }
         for (int i = 0; i < fd_count; i++) {
             close(fds[i]);

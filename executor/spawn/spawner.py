@@ -2,9 +2,15 @@
 
 One ``Spawner`` owns up to two launcher server processes, each started lazily and again if
 it dies: ``zygote.py`` (Python; runs backend setup hooks between fork and exec) and, when it
-was built, the native ``executor-launcher`` (``launcher.c``) for plain commands. ``launch()``
-hands one of them the command and the child's descriptors and returns a ``Launch`` whose
-futures resolve as the supervisor reports; both speak the status lines ``zygote`` documents.
+was built, the native ``executor-launcher`` (``launcher.c``) for plain commands and for
+sandboxed ones whose setup has a native form (``ChildSetup.native``, the Linux backend's;
+``sandbox.c`` applies it). ``launch()`` hands one of them the command and the child's
+descriptors and returns a ``Launch`` whose futures resolve as the supervisor reports; both
+speak the status lines ``zygote`` documents.
+
+``EXECUTOR_SANDBOX_LAUNCH=python`` sends sandboxed commands to ``zygote.py`` even when the
+native launcher can take them (``native``, the default, uses it when it is available);
+``EXECUTOR_NATIVE_LAUNCHER=off`` turns the native launcher off altogether.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import asyncio
 import functools
 import os
 import pickle
+import re
 import resource
 import socket
 import struct
@@ -103,15 +110,19 @@ def native_launcher() -> Path | None:
         return None
     if not sys.platform.startswith("linux") or not os.access(_NATIVE, os.X_OK):
         return None
-    return _NATIVE if _runs(str(_NATIVE)) else None
+    return _NATIVE if _usage(str(_NATIVE)) is not None else None
 
 
 _OFF = ("0", "off", "no", "false")
+#: How the native launcher's usage text names the version of the sandbox specs it applies
+#: (``sandbox.c``; a spec's fourth byte is its version: ``native_spec.py``).
+_SANDBOX_SPEC = re.compile(rb"sandbox-spec (\d+)\)")
 
 
 @functools.cache
-def _runs(program: str) -> bool:
-    """Whether the launcher starts here: run by hand it must explain itself and exit 2.
+def _usage(program: str) -> bytes | None:
+    """The launcher's usage text, if it starts here (run by hand it must explain itself and
+    exit 2); ``None`` if it does not.
 
     Checked once per process: a launcher that cannot even start would otherwise fail every
     plain command of the daemon instead of falling back to the Python path.
@@ -119,8 +130,17 @@ def _runs(program: str) -> bool:
     try:
         result = subprocess.run([program], capture_output=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
-        return False
-    return result.returncode == 2 and b"started by the daemon" in result.stderr
+        return None
+    if result.returncode == 2 and b"started by the daemon" in result.stderr:
+        return result.stderr
+    return None
+
+
+def sandbox_launch_mode() -> str:
+    """``"native"`` or ``"python"``: where sandboxed commands with a native setup go, as
+    ``EXECUTOR_SANDBOX_LAUNCH`` asks (default ``native``: when that launcher is available)."""
+    wanted = os.environ.get("EXECUTOR_SANDBOX_LAUNCH", "").strip().lower()
+    return "python" if wanted == "python" else "native"
 
 
 #: The descriptor limit commands get when the daemon raised its own (``raise_descriptor_limit``;
@@ -217,8 +237,9 @@ class _Server:
             self._process = None
 
 
-def _native_payload(request: Command) -> bytes:
-    """A request in ``launcher.c``'s format: NUL-terminated fields."""
+def _native_payload(request: Command, spec: bytes | None = None) -> bytes:
+    """A request in ``launcher.c``'s format: NUL-terminated fields, after the sandbox spec if
+    there is one."""
     fields = [
         b"1" if request.tty else b"0",
         os.fsencode(request.cwd),
@@ -230,25 +251,52 @@ def _native_payload(request: Command) -> bytes:
     if any(b"\0" in field for field in fields):
         # Validation refuses these long before; a stray one must not shift the fields.
         raise LaunchFailed("exec", 0, "embedded null byte")
-    return b"\0".join(fields) + b"\0"
+    prefix = b"" if spec is None else b"S\0\0\0\0" + struct.pack(">I", len(spec)) + spec
+    return prefix + b"\0".join(fields) + b"\0"
 
 
 class Spawner:
     """Owns the launcher servers and sends them launches.
 
-    Commands with a backend ``setup`` hook always go to ``zygote.py`` (the hook is Python);
-    plain commands go to the native launcher when it is built, else to ``zygote.py`` too.
+    Plain commands go to the native launcher when it is built, else to ``zygote.py``.
+    Commands with a backend ``setup`` hook go to the native launcher when the setup has a
+    native form, that launcher reads its encoding and ``EXECUTOR_SANDBOX_LAUNCH`` is not
+    ``python``; else to ``zygote.py`` (the hook is Python).
     """
 
     def __init__(self) -> None:
         self._python = _Server([sys.executable, "-I", "-S", str(_ZYGOTE)])
         native = native_launcher()
         self._native = _Server([str(native)]) if native is not None else None
+        #: The spec version the native launcher applies (0: none, or not to be used).
+        self._spec_version = 0
+        if native is not None and sandbox_launch_mode() == "native":
+            found = _SANDBOX_SPEC.search(_usage(str(native)) or b"")
+            self._spec_version = int(found.group(1)) if found else 0
 
     @property
     def supervisor(self) -> str:
         """Which supervisor runs plain commands: ``"native"`` or ``"python"``."""
         return "native" if self._native is not None else "python"
+
+    @property
+    def sandbox_supervisor(self) -> str:
+        """Which launcher applies sandboxed commands that have a native setup."""
+        return "native" if self._spec_version else "python"
+
+    def launcher_for(self, request: Command) -> str:
+        """``"native"`` or ``"python"``: the launcher ``launch`` sends ``request`` to."""
+        setup = request.setup
+        if self._native is None:
+            return "python"
+        if setup is None:
+            return "native"
+        # A spec of another version than the launcher's is never sent there: it would refuse
+        # it, and the Python launcher applies the same layers.
+        native = setup.native
+        if native is not None and len(native) > 3 and native[3] == self._spec_version:
+            return "native"
+        return "python"
 
     def launch(self, request: Command, stdio: tuple[int, int, int]) -> Launch:
         """Start ``request`` with ``stdio``; the caller keeps (and closes) its own descriptors."""
@@ -257,8 +305,10 @@ class Spawner:
         os.set_blocking(read_end, False)
         launch = Launch(loop.create_future(), loop.create_future(), loop.create_future())
         try:
-            if request.setup is None and self._native is not None:
-                self._native.send(_native_payload(request), [write_end, *stdio])
+            if self.launcher_for(request) == "native":
+                assert self._native is not None
+                spec = None if request.setup is None else request.setup.native
+                self._native.send(_native_payload(request, spec), [write_end, *stdio])
             else:
                 self._send_python(request, [write_end, *stdio])
         except BaseException:

@@ -22,7 +22,7 @@ from executor.sandbox import (
     RuleSet,
     SandboxType,
 )
-from executor_linux import host_sockets, launch_spec, plan, seccomp_policy
+from executor_linux import host_sockets, launch_spec, native_spec, plan, seccomp_policy
 from executor_linux.loopback_guard import GuardedCommand, loopback_guard, loopback_guard_support
 from executor_linux.placeholders import Placeholders, lock_directory
 from executor_linux.probe import HostSupport, host_support
@@ -215,7 +215,10 @@ class LinuxBackend:
             executable=command.executable,
             argv=command.argv,
             setup=ChildSetup(
-                module_path=_LAUNCHER, function="run", payload=launch_spec.encode(spec)
+                module_path=_LAUNCHER,
+                function="run",
+                payload=launch_spec.encode(spec),
+                native=native_spec.encode(spec),
             ),
             report=EnforcementReport(layers=tuple(layers), details=details),
             release=release,

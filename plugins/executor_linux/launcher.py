@@ -21,6 +21,11 @@ Any failure ends the child through ``ctx.fail(stage, errno)``: the start request
 message naming the layer, and nothing runs. Stages: ``limits``, ``network`` (joining the
 session's network namespace), ``namespaces``, ``mounts``, ``landlock``, ``capabilities``,
 ``seccomp``.
+
+``executor/spawn/sandbox.c`` is this module's twin in the native launcher (the default where
+it is built; this one is the fallback): the same layers, order, stages and checks
+(``observe.py``). A change here needs the same change there; the enforcement tests in
+``tests/executor_linux`` run against both.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ become (or spawn) the command, after every layer was applied:
 
 ``/proc/self/status`` and ``mountinfo`` are opened before Landlock applies (a profile may
 not grant ``/proc``); reading an open procfs file from offset 0 shows the state at that read.
+The native launcher (``executor/spawn/sandbox.c``: ``verify``) checks the same, in the same
+words.
 """
 
 from __future__ import annotations

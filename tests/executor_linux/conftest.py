@@ -5,6 +5,10 @@ git directory, a directory "outside" it, a secret in the executor's (test-privat
 directory, TCP/UDP/Unix listeners and a victim process. The daemon and ``executor run`` are
 started inside a private UTS and mount namespace, so that a probe that changes the hostname
 or mounts something could only ever change that namespace.
+
+Every test here runs twice, once per launcher that applies the layers (``sandbox_launch``):
+the native one (``executor/spawn/sandbox.c``) and the Python one (``launcher.py``, the
+fallback). Both must pass the same contract.
 """
 
 from __future__ import annotations
@@ -53,6 +57,50 @@ def as_user(uid: int) -> list[str]:
         "--ambient-caps=+dac_read_search",
         "--",
     ]
+
+
+#: The launchers that apply the sandbox layers, as ``EXECUTOR_SANDBOX_LAUNCH`` names them.
+LAUNCH_PATHS = ("native", "python")
+LAUNCH_ENV = "EXECUTOR_SANDBOX_LAUNCH"
+
+
+def native_sandbox_launcher() -> bool:
+    """The native launcher is built here and applies sandbox specs."""
+    from executor.spawn.spawner import Spawner, native_launcher
+
+    if native_launcher() is None:
+        return False
+    previous = os.environ.pop(LAUNCH_ENV, None)
+    try:
+        spawner = Spawner()
+        try:
+            return spawner.sandbox_supervisor == "native"
+        finally:
+            spawner.close()
+    finally:
+        if previous is not None:
+            os.environ[LAUNCH_ENV] = previous
+
+
+@pytest.fixture(scope="package", autouse=True, params=LAUNCH_PATHS)
+def sandbox_launch(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run the package's tests with the layers applied by this launcher: the daemons,
+    ``executor run`` and in-process spawners all read ``EXECUTOR_SANDBOX_LAUNCH``.
+
+    Package-scoped, so pytest runs every module once per launcher and starts each module's
+    daemons afresh for each."""
+    path: str = request.param
+    if path == "native":
+        skip_unless(native_sandbox_launcher(), "the native launcher is not built")
+    previous = os.environ.get(LAUNCH_ENV)
+    os.environ[LAUNCH_ENV] = path
+    try:
+        yield path
+    finally:
+        if previous is None:
+            os.environ.pop(LAUNCH_ENV, None)
+        else:
+            os.environ[LAUNCH_ENV] = previous
 
 
 def linux_sandbox_available() -> bool:

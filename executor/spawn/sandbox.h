@@ -1,0 +1,87 @@
+/*
+ * The native sandboxed launch (sandbox.c): a Linux backend's LaunchSpec, decoded from the
+ * encoding of plugins/executor_linux/native_spec.py, applied in the forked child.
+ */
+#ifndef EXECUTOR_SANDBOX_H
+#define EXECUTOR_SANDBOX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The version of the spec encoding this launcher reads; the daemon checks it in the usage
+ * text ("sandbox-spec N") before it sends any spec. */
+#define SANDBOX_SPEC_VERSION 1
+
+struct sandbox_string_list {
+    const char **items;
+    size_t count;
+};
+
+struct sandbox_rlimit {
+    uint32_t resource;
+    uint64_t value;
+};
+
+struct sandbox_mount_op {
+    char op; /* 'w' rw, 'r' ro, 'p' pin, 'd' mask_dir, 'f' mask_file, 's' mask_socket */
+    const char *path;
+};
+
+struct sandbox_grant {
+    uint64_t rights;
+    const char *path;
+};
+
+struct sandbox {
+    /* limits */
+    struct sandbox_string_list cgroups;
+    struct sandbox_rlimit *rlimits;
+    size_t rlimit_count;
+    int has_nproc_in_user_namespace;
+    uint64_t nproc_in_user_namespace;
+    int has_oom_score_adj;
+    int64_t oom_score_adj;
+    /* namespaces (has_namespaces: the launch has the layer) */
+    int has_namespaces;
+    int user, net, proc;
+    uint32_t uid, gid;
+    const char *join_net_path; /* NULL: no network namespace to join */
+    uint64_t join_net_inode;
+    /* mounts */
+    const char *staging;
+    int readonly_root, private_shm, private_dev, mask_proc;
+    struct sandbox_mount_op *ops;
+    size_t op_count;
+    /* landlock (has_landlock: the launch has the layer) */
+    int has_landlock;
+    uint64_t landlock_fs, landlock_net, landlock_scoped;
+    struct sandbox_grant *grants;
+    size_t grant_count;
+    /* seccomp: the raw classic-BPF program (an array of 8-byte sock_filter); none if 0 */
+    const unsigned char *seccomp;
+    size_t seccomp_size;
+};
+
+/* What the command is, once the layers are in place. */
+struct sandbox_command {
+    const char *executable;
+    const char *cwd;
+    char **argv;
+    char **envp;
+    int tty;
+};
+
+/* Decode `data` (which must outlive `out`); 0 on success, -1 (with `why` set) when the
+ * spec is malformed or asks for something this launcher does not know. */
+int sandbox_decode(const unsigned char *data, size_t size, struct sandbox *out, const char **why);
+
+/* Release what sandbox_decode allocated. */
+void sandbox_free(struct sandbox *sandbox);
+
+/* In the freshly forked child, with stdio at 0..2 and `error_fd` the only other descriptor:
+ * apply the layers, verify them, run the command. Never returns; failures are written to
+ * `error_fd` as "<stage> <errno> <detail>\n", observations as "+<observed>\n". */
+void sandbox_launch(const struct sandbox *sandbox, const struct sandbox_command *command,
+                    int error_fd) __attribute__((noreturn));
+
+#endif
