@@ -28,6 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LINUX = "plugins/executor_linux"
+NATIVE = "executor/spawn/sandbox.c"
+#: The native launcher's sources (setup.py); a mutant of one is rebuilt in the copy.
+LAUNCHER_SOURCES = ("executor/spawn/launcher.c", "executor/spawn/sandbox.c")
 TESTS = (
     "tests/executor_linux",
     "tests/sandbox",
@@ -253,6 +256,43 @@ MUTATIONS = (
         "    for join in spec.cgroups:\n",
         "    for join in ():\n",
     ),
+    # The native launcher (sandbox.c) applies the same layers; the tests run both launchers.
+    Mutation(
+        "native: Landlock not enforced",
+        NATIVE,
+        '    CHECK("landlock", syscall(NR_LANDLOCK_RESTRICT_SELF, ruleset, 0));\n',
+        "",
+    ),
+    Mutation(
+        "native: seccomp filter not loaded",
+        NATIVE,
+        "        load_seccomp(sandbox);\n",
+        "",
+    ),
+    Mutation(
+        "native: capabilities not dropped",
+        NATIVE,
+        "    drop_capabilities();\n",
+        "",
+    ),
+    Mutation(
+        "native: network namespace not created",
+        NATIVE,
+        "        flags |= CLONE_NEWNET;\n",
+        "",
+    ),
+    Mutation(
+        "native: read-only root",
+        NATIVE,
+        "    if (result == 0 && sandbox->readonly_root) {\n",
+        "    if (0) {\n",
+    ),
+    Mutation(
+        "native: host Unix sockets not masked",
+        NATIVE,
+        "    if (op->op == 's') {\n        return mask_socket(op->path, empty_fd);\n",
+        "    if (op->op == 's') {\n        return 0;\n",
+    ),
 )
 
 
@@ -270,6 +310,14 @@ def _copy(destination: Path) -> None:
         target = destination / os.fsdecode(name)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
+
+
+def _build_launcher(copy: Path) -> None:
+    """Compile the copy's native launcher from its (possibly mutated) sources."""
+    compiler = os.environ.get("CC", "cc")
+    target = copy / "executor/spawn/executor-launcher"
+    sources = [str(copy / source) for source in LAUNCHER_SOURCES]
+    subprocess.run([compiler, "-O2", "-std=gnu11", "-o", str(target), *sources], check=True)
 
 
 def _pytest(copy: Path, extra: list[str]) -> subprocess.CompletedProcess[str]:
@@ -309,10 +357,15 @@ def _run(copy: Path, mutation: Mutation, skip: list[str]) -> tuple[bool, float, 
     if original.count(mutation.old) != 1:
         raise SystemExit(f"{mutation.name}: the snippet is not in {mutation.path} exactly once")
     path.write_text(original.replace(mutation.old, mutation.new))
+    native = mutation.path in LAUNCHER_SOURCES
+    if native:
+        _build_launcher(copy)
     started = time.monotonic()
     deselect = [arg for test in skip for arg in ("--deselect", test)]
     result = _pytest(copy, ["-x", *deselect])
     path.write_text(original)
+    if native:
+        _build_launcher(copy)
     failed = _failures(result)
     return result.returncode != 0, time.monotonic() - started, (failed or ["(see pytest)"])[0]
 
