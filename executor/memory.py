@@ -19,11 +19,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import mmap
 import time
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["MemoryReclaimer", "release_free_memory"]
+__all__ = ["MemoryReclaimer", "huge_buffer", "release_free_memory"]
 
 log = logging.getLogger("executor.memory")
 
@@ -96,3 +97,20 @@ class MemoryReclaimer:
             self.count += 1
             took = 1000 * (self._clock() - started)
             log.debug("returned free heap pages to the system in %.1f ms", took)
+
+
+def huge_buffer(size: int) -> mmap.mmap:
+    """A private anonymous mapping of ``size`` bytes (> 0), backed by huge pages where it can be.
+
+    For buffers of many MiB (a whole file's base64, a large inbound frame): filling 90 MB of
+    fresh heap takes ~22,000 page faults (~100 ms on a VM), in 2 MiB pages ~45. The memory
+    goes back to the system as soon as the mapping is released, with no trim.
+    """
+    buffer = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is not None:
+        try:
+            buffer.madvise(advice)
+        except OSError:  # no transparent huge pages here: small pages, as malloc's
+            pass
+    return buffer

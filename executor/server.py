@@ -102,7 +102,7 @@ class Connection:
 
     # --- inbound ----------------------------------------------------------------------------
 
-    def message_received(self, data: bytes | str) -> None:
+    def message_received(self, data: bytes | memoryview | str) -> None:
         """Handle one complete inbound message."""
         if self._closed:
             return

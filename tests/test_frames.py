@@ -336,3 +336,43 @@ def test_c_and_python_readers_agree(
         assert run() == with_c
     finally:
         frames._speedups = speedups
+
+
+@pytest.mark.parametrize("opcode", [TEXT, BINARY])
+def test_large_frames_split_across_reads(opcode: int) -> None:
+    """A frame of several MiB arriving read by read (received into a buffer of its own) is
+    exact, and the frames after it in the same read follow."""
+    payload = os.urandom(3 * 1024 * 1024 // 2).hex().encode()  # 3 MiB of ASCII
+    data = client_frame(opcode, payload) + client_frame(TEXT, b"next") + client_frame(PING, b"p")
+    one = reader(max_frame=1 << 23, max_message=1 << 23)
+    events = []
+    for at in range(0, len(data), 65536):
+        events += one.feed(data[at : at + 65536])
+    assert len(events) == 3
+    assert bytes(events[0].data) == payload
+    assert events[0].text is (opcode == TEXT)
+    assert events[1:] == [Message(b"next", True), Ping(b"p")]
+
+
+def test_a_large_frame_is_checked_when_complete() -> None:
+    """Invalid UTF-8 at the end of a large text frame, reserved bits on a large frame, and a
+    large first fragment followed by continuations, each as frame-by-frame parsing has it."""
+    big = b"a" * (2 * 1024 * 1024)
+    for data, code in (
+        (client_frame(TEXT, big + b"\xff"), 1007),
+        (client_frame(BINARY, big, rsv=0x40), 1002),
+    ):
+        one = reader(max_frame=1 << 23, max_message=1 << 23)
+        cut = len(data) - 50_000
+        assert one.feed(data[:100_000]) == []
+        assert one.feed(data[100_000:cut]) == []
+        with pytest.raises(FrameError) as info:
+            one.feed(data[cut:])
+        assert info.value.code == code
+    one = reader(max_frame=1 << 23, max_message=1 << 23)
+    data = client_frame(TEXT, big, fin=False) + client_frame(CONT, b"\xc3", fin=False)
+    data += client_frame(CONT, b"\xa9") + client_frame(TEXT, b"after")
+    events = []
+    for at in range(0, len(data), 100_000):
+        events += one.feed(data[at : at + 100_000])
+    assert events == [Message(big + "é".encode(), True), Message(b"after", True)]

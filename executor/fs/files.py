@@ -17,6 +17,7 @@ from typing import Final
 from executor.fs import failures
 from executor.fs.resolve import Location, Resolver
 from executor.fs.view import denial
+from executor.memory import huge_buffer
 from executor.protocol import b64codec
 
 __all__ = ["open_for_read", "open_for_replace", "read_file_base64", "write_file"]
@@ -26,7 +27,7 @@ _WRITE_FLAGS: Final = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 #: Raw bytes encoded per step of a whole-file read (a multiple of 3: base64 chunks concatenate).
 _ENCODE_CHUNK: Final = 3 * 1024 * 1024
 _SETID_BITS: Final = stat.S_ISUID | stat.S_ISGID
-#: Answers at least this large are encoded into a mapping of their own (``_huge_buffer``).
+#: Answers at least this large are encoded into a mapping of their own (``huge_buffer``).
 _HUGE_AT: Final = 4 * 1024 * 1024
 
 
@@ -148,7 +149,7 @@ def _encode(fd: int, path: str, limit: int, size_hint: int) -> bytearray | memor
     # held whole, and the base64 text is written once and sent as it is (the answer is
     # spliced around it). Each copy of a large answer costs tens of ms of page faults.
     size = 4 * ((size_hint + 2) // 3)
-    encoded: bytearray | mmap.mmap = _huge_buffer(size) if size >= _HUGE_AT else bytearray(size)
+    encoded: bytearray | mmap.mmap = huge_buffer(size) if size >= _HUGE_AT else bytearray(size)
     chunk = bytearray(_ENCODE_CHUNK)  # a multiple of 3: chunk encodings concatenate
     total = position = 0
     while True:
@@ -168,22 +169,6 @@ def _encode(fd: int, path: str, limit: int, size_hint: int) -> bytearray | memor
         return memoryview(encoded)[:position]  # the mapping goes when the answer is sent
     del encoded[position:]  # the file shrank since it was opened
     return encoded
-
-
-def _huge_buffer(size: int) -> mmap.mmap:
-    """A private anonymous mapping of ``size`` bytes, backed by huge pages where it can be.
-
-    A 90 MB answer in a heap buffer takes ~22,000 page faults to fill (~100 ms on a VM);
-    in 2 MiB pages it takes ~45. It is unmapped as soon as the answer is written.
-    """
-    buffer = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if advice is not None:
-        try:
-            buffer.madvise(advice)
-        except OSError:  # no transparent huge pages here: small pages, as malloc's
-            pass
-    return buffer
 
 
 def _fill(fd: int, buffer: bytearray) -> int:

@@ -81,7 +81,7 @@ _std_loads: Final = json.JSONDecoder(
 try:  # pragma: no cover - exercised in whichever environment is installed
     import orjson
 
-    def _loads(data: bytes | str) -> Any:
+    def _loads(data: bytes | memoryview | str) -> Any:
         return orjson.loads(data)
 
     def dumps(value: Any) -> bytes:
@@ -116,7 +116,7 @@ except ImportError:  # pragma: no cover
         ensure_ascii=False, separators=(",", ":"), allow_nan=False
     ).encode
 
-    def _loads(data: bytes | str) -> Any:
+    def _loads(data: bytes | memoryview | str) -> Any:
         # Decoded here, strictly: json.loads would take bytes as UTF-16/32 when they look
         # like it and let encoded surrogates through ("surrogatepass").
         text = data if isinstance(data, str) else bytes(data).decode("utf-8")
@@ -181,7 +181,7 @@ Message = Request | Notification | ClientResponse | Malformed
 _new_tuple: Final = tuple.__new__
 
 
-def parse(data: bytes | str) -> Message:
+def parse(data: bytes | memoryview | str) -> Message:
     """Decode one transport message into its envelope."""
     try:
         value = _loads(data)
@@ -204,7 +204,7 @@ def parse(data: bytes | str) -> Message:
     return _classify(value)
 
 
-def _describe_decode_error(exc: Exception, data: bytes | str) -> str:
+def _describe_decode_error(exc: Exception, data: bytes | memoryview | str) -> str:
     if isinstance(exc, RecursionError):
         return "recursion limit exceeded"
     if not isinstance(exc, _LoneSurrogateError):
@@ -216,7 +216,7 @@ def _describe_decode_error(exc: Exception, data: bytes | str) -> str:
     return text or type(exc).__name__
 
 
-def _lone_surrogate_in(data: bytes | str) -> str | None:
+def _lone_surrogate_in(data: bytes | memoryview | str) -> str | None:
     """Where ``data`` holds a lone surrogate, if that is what made it unparseable."""
     if isinstance(data, str):
         text = data

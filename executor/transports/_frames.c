@@ -13,6 +13,11 @@
  *   continuations(source, offset, max_frame, budget) -> (payload, offset)
  *       non-final, masked continuation frames (first byte 0x00) of at most max_frame bytes
  *       and together at most budget bytes: returns their unmasked payloads joined.
+ *
+ * and two helpers for a large frame received into a buffer of its own:
+ *
+ *   unmask_in_place(buffer, mask) -> whether the unmasked payload is ASCII
+ *   isascii(buffer) -> bool
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -157,7 +162,38 @@ static PyObject *continuations(PyObject *self, PyObject *args) {
     return Py_BuildValue("(Nn)", payload, end);
 }
 
+static PyObject *unmask_in_place(PyObject *self, PyObject *args) {
+    Py_buffer view, mask;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "w*y*", &view, &mask)) return NULL;
+    if (mask.len != 4) {
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&mask);
+        PyErr_SetString(PyExc_ValueError, "the mask key has 4 bytes");
+        return NULL;
+    }
+    unsigned char key[4];
+    memcpy(key, mask.buf, 4);
+    unmask(view.buf, view.buf, view.len, key);
+    int ascii = is_ascii(view.buf, view.len);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&mask);
+    return PyBool_FromLong(ascii);
+}
+
+static PyObject *py_isascii(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    int ascii = is_ascii(view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(ascii);
+}
+
 static PyMethodDef methods[] = {
+    {"unmask_in_place", unmask_in_place, METH_VARARGS,
+     "XOR a writable buffer with a 4-byte mask key in place; whether the result is ASCII."},
+    {"isascii", py_isascii, METH_VARARGS, "Whether a buffer holds ASCII only."},
     {"texts", texts, METH_VARARGS, "Consume complete final masked ASCII text frames."},
     {"continuations", continuations, METH_VARARGS,
      "Consume complete non-final masked continuation frames; their payloads joined."},

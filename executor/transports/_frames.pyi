@@ -1,5 +1,6 @@
 """Types of the C loops in ``_frames.c`` (see there)."""
 
+from mmap import mmap
 from typing import Any
 
 def texts(
@@ -8,3 +9,5 @@ def texts(
 def continuations(
     source: bytes | bytearray, offset: int, max_frame: int, budget: int, /
 ) -> tuple[bytes, int]: ...
+def unmask_in_place(buffer: bytearray | memoryview | mmap, mask: bytes | bytearray, /) -> bool: ...
+def isascii(buffer: bytes | bytearray | memoryview | mmap, /) -> bool: ...

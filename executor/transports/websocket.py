@@ -74,7 +74,7 @@ class WebSocketOptions:
 class ConnectionCallbacks(TypingProtocol):
     """What the transport drives: the JSON-RPC connection."""
 
-    def message_received(self, data: bytes) -> None:
+    def message_received(self, data: bytes | memoryview) -> None:
         """One complete inbound message."""
 
     def writing_paused(self) -> None:
