@@ -74,7 +74,15 @@ class RpcConnection:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
-            await self._transport.send({"id": request_id, "method": method, "params": params})
+            try:
+                await self._transport.send({"id": request_id, "method": method, "params": params})
+            except ConnectionLost as exc:
+                # The transport knew before the reader did: end the connection now, or a
+                # caller retrying at once would find it open again, and spin.
+                del self._pending[request_id]
+                future.cancel()
+                self._end(str(exc))
+                raise
             return await future
         except ServerError as exc:
             raise ServerError(exc.code, exc.message, method) from None
@@ -85,7 +93,11 @@ class RpcConnection:
         """Send a notification."""
         if self._closed_reason is not None:
             raise ConnectionLost(self._closed_reason, sent=False)
-        await self._transport.send({"method": method, "params": params})
+        try:
+            await self._transport.send({"method": method, "params": params})
+        except ConnectionLost as exc:
+            self._end(str(exc))
+            raise
 
     async def close(self) -> None:
         """Close the transport and wait for the reader to finish; idempotent."""

@@ -10,6 +10,7 @@ import pytest
 from executor.client import ProcessLost, connect
 from tests.client.conftest import arun
 from tests.support.daemon import RunningDaemon
+from tests.support.faultrelay import FaultRelay
 
 SH = ["/bin/sh", "-c"]
 #: Not less than the largest chunk the daemon sends (256 KiB from a flooded pipe): a chunk
@@ -83,3 +84,33 @@ def test_a_gap_beyond_the_daemons_retention_fails_only_that_process() -> None:
         arun(main())
     finally:
         small.stop()
+
+
+def test_drops_while_output_is_let_go_and_fetched_again() -> None:
+    """The connection drops, twice, while the reader is behind the bound: the catch-ups and
+    the fetches of what was let go fit together, every byte once and in order."""
+    lines = 300_000
+    roomy = RunningDaemon(["--retained-output-bytes", str(16 << 20)])
+    try:
+
+        async def main() -> None:
+            async with FaultRelay(roomy.url) as relay:
+                env = await connect(relay.url, output_buffer_bytes=BOUND)
+                script = f"seq 1 {lines // 3}; sleep 0.6; seq {lines // 3 + 1} {lines}"
+                proc = await env.start([*SH, script], cwd="/tmp")
+                await asyncio.sleep(0.3)  # the first third is out, not read
+                received = bytearray()
+                drops = 0
+                async for chunk in proc.output():
+                    received += chunk.data
+                    if drops < 2 and len(received) > (drops + 1) * 300_000:
+                        drops += await relay.drop("rst" if drops else "midframe", timeout=1.0)
+                expected = "".join(f"{i}\n" for i in range(1, lines + 1)).encode()
+                assert bytes(received) == expected
+                assert (await proc.wait()).exit_code == 0
+                assert drops == 2 and proc._events.peak_buffered <= BOUND
+                await env.close()
+
+        arun(main(), timeout=60)
+    finally:
+        roomy.stop()
