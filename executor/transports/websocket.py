@@ -120,6 +120,8 @@ class WebSocketProtocol(asyncio.Protocol):
         )
         self._connection: ConnectionCallbacks | None = None
         self._outbox: list[bytes | bytearray | memoryview] = []
+        #: Whether the outbox holds a payload of at least ``_JOIN_LIMIT`` bytes.
+        self._outbox_large = False
         self._flush_scheduled = False
         #: What the socket did not take yet, in order (see ``_flush``), and its size.
         self._pending: collections.deque[bytes | bytearray | memoryview] = collections.deque()
@@ -151,10 +153,13 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._state is _State.OPEN or self._state is _State.CLOSING:
-            self._receive_frames(data)
-            if self._flush_scheduled:
-                # Answer what this read produced now, in one write, instead of one loop
-                # iteration later: pipelined clients get their batch back sooner.
+            # What this read produces is answered at its end, in one write, instead of one
+            # loop iteration later (pipelined clients get their batch back sooner); marked
+            # as scheduled meanwhile, so that no flush is scheduled for a later iteration.
+            self._flush_scheduled = True
+            try:
+                self._receive_frames(data)
+            finally:
                 self._flush()
         elif self._state is _State.HTTP:
             self._receive_head(data)
@@ -199,6 +204,7 @@ class WebSocketProtocol(asyncio.Protocol):
         outbox = self._outbox
         outbox.append(frame_header(_TEXT_OPCODE, sum(len(part) for part in parts)))
         outbox.extend(parts)
+        self._outbox_large = True
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -365,8 +371,11 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def _queue(self, opcode: int, payload: bytes) -> None:
         outbox = self._outbox
-        outbox.append(frame_header(opcode, len(payload)))
+        size = len(payload)
+        outbox.append(frame_header(opcode, size))
         outbox.append(payload)
+        if size >= _JOIN_LIMIT:
+            self._outbox_large = True
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -376,8 +385,13 @@ class WebSocketProtocol(asyncio.Protocol):
         outbox, transport = self._outbox, self._transport
         if not outbox or transport is None or transport.is_closing():
             outbox.clear()
+            self._outbox_large = False
             return
-        parts = _coalesce(outbox)
+        if self._outbox_large:  # large payloads are written as they are, not joined
+            parts = _coalesce(outbox)
+            self._outbox_large = False
+        else:
+            parts = [b"".join(outbox)]
         outbox.clear()
         fd = self._fd
         if self._pending:
