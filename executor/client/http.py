@@ -98,13 +98,12 @@ class BodyStream:
         self._changes.notify()
 
     def lose(self, reason: str) -> None:
-        """The connection closed: the rest of the body will never come."""
+        """The connection ended (``reason``): the rest of the body will never come."""
         if self.finished:
             return
         self.error = HttpBodyError(
             self.url,
-            f"the connection to the executor dropped while it was streaming ({reason}); a "
-            "streamed body is not retained by the executor and cannot be resumed",
+            f"{reason}; a streamed body is not retained by the executor and cannot be resumed",
             connection_lost=True,
         )
         self._pending.clear()

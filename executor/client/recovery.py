@@ -296,7 +296,7 @@ class Link:
 
     def _on_closed(self, rpc: RpcConnection, reason: str) -> None:
         # Streamed bodies die with their connection, at once: the executor keeps none.
-        self._lose_streams(reason, rpc)
+        self._lose_streams(f"the connection dropped while it was streaming ({reason})", rpc)
         if self.status is not Status.CONNECTED or self._rpc is not rpc:
             return  # a candidate connection, or one replaced already
         self.status = Status.RECOVERING

@@ -236,3 +236,20 @@ def test_the_synchronous_facade(daemon: RunningDaemon, web: Server) -> None:
         with env.http.stream("GET", f"{base(web)}/stream?parts=4") as response:
             assert response.status == 200
             assert response.read() == b"part 0\npart 1\npart 2\npart 3\n"
+
+
+def test_closing_the_environment_ends_a_stream(daemon: RunningDaemon, web: Server) -> None:
+    web.release.clear()
+
+    async def main() -> None:
+        env = await connect(daemon.url)
+        response = await env.http.stream("GET", f"{base(web)}/stream?parts=3&hold=1")
+        assert await anext(response.body) == b"part 0\n"
+        await env.close()
+        with pytest.raises(HttpBodyError, match="the environment was closed"):
+            await anext(response.body)
+
+    try:
+        arun(main())
+    finally:
+        web.release.set()
