@@ -164,6 +164,14 @@ class Environment:
             stdin=stdin,
         )
 
+    async def attach(self, process_id: str, *, tty: bool = False, stdin: bool = False) -> Process:
+        """A handle on a process of this session that this client did not start: one of a
+        session resumed with ``resume_session_id``. Its output starts at what the executor
+        still retains (older output is gone); ``tty`` and ``stdin`` say what it was started
+        with (the protocol cannot tell). ``ServerError`` for an unknown id."""
+        events = await self._link.adopt_process(process_id)
+        return Process(self._link, events, sandbox_type="unknown", tty=tty, stdin=stdin)
+
     async def run(self, argv: Sequence[str], **options: Any) -> RunResult:
         """Start ``argv`` (with ``start``'s options), wait for it to close, and return its
         exit and all of its output."""
@@ -270,7 +278,7 @@ def connect(
     ``recovery_deadline``: seconds a dropped WebSocket connection may take to come back
     before the session fails. ``connect_timeout``: for opening the connection and the
     handshake (default 10 s, 30 s for stdio). ``resume_session_id``: attach to an existing
-    detached session (its processes are not adopted as handles).
+    detached session (``Environment.attach`` gives handles on its processes).
     ``output_buffer_bytes``: the unread output of each process kept in memory; past it,
     output is fetched again from the server's retention when the reader catches up, and a
     process whose output the server no longer has fails alone (``ProcessLost``). ``None``:

@@ -210,6 +210,25 @@ class ProcessEvents:
             )
         self._publish_ready()
 
+    def adopt(self, read: dict[str, Any]) -> None:
+        """Follow a process this client did not start, from a ``process/read`` answer for
+        ``afterSeq = 0``: what the server no longer retains is skipped (the output starts
+        at its oldest retained chunk), the rest is published as a catch-up would."""
+        chunks = read.get("chunks") or ()
+        target = int(read["nextSeq"]) - 1
+        if chunks:
+            start = int(chunks[0]["seq"]) - 1
+        else:
+            # Nothing retained: only the exit and the close, if they happened, are left.
+            start = target - bool(read.get("exited")) - bool(read.get("closed"))
+        self.last_published = max(0, start)
+        inside = target - self.last_published - len(chunks) - bool(read.get("closed"))
+        if read.get("exited") and inside == 0 and read.get("exitCode") is not None:
+            # The exit came before the oldest retained chunk (output that outlived it).
+            denied = bool(read.get("sandboxDenied", False))
+            self.exit = ExitResult(int(read["exitCode"]), denied)
+        self.catch_up(read)
+
     def fail(self, error: ClientError) -> None:
         """End the process's stream with ``error`` (kept: the first failure wins)."""
         if self.finished:

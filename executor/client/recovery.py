@@ -38,7 +38,12 @@ from executor.client.errors import (
     ServerError,
     SessionFailed,
 )
-from executor.client.events import Changes, ProcessEvents, event_from_notification
+from executor.client.events import (
+    Changes,
+    ProcessEvents,
+    RecoveryGap,
+    event_from_notification,
+)
 from executor.client.http import BodyStream
 from executor.client.rpc import RpcConnection
 from executor.client.transport import Connector, is_permanent_connect_error
@@ -191,13 +196,7 @@ class Link:
             rpc = await self.connection()
             if process_id in self.processes or process_id in self._orphans:
                 raise ClientError(f"process id {process_id!r} is already in use")
-            events = ProcessEvents(
-                process_id,
-                limit=self.output_buffer_bytes,
-                fetch=functools.partial(self._read_retained, process_id),
-            )
-            events.on_closed = self._forget
-            events.on_lost = self._lost
+            events = self._new_events(process_id)
             self.processes[process_id] = events
             self._active_starts += 1
             try:
@@ -252,6 +251,34 @@ class Link:
     def _forget_stream(self, stream: BodyStream) -> None:
         if self.http_streams.get(stream.request_id) is stream:
             del self.http_streams[stream.request_id]
+
+    async def adopt_process(self, process_id: str) -> ProcessEvents:
+        """Follow ``process_id``, a process of this session that this client did not start
+        (a resumed session's): its retained output, then what comes."""
+        if process_id in self.processes or process_id in self._orphans:
+            raise ClientError(f"process id {process_id!r} is already followed")
+        events = self._new_events(process_id)
+        self.processes[process_id] = events
+        try:
+            events.adopt(await self._read_retained(process_id, 0, None))
+        except RecoveryGap as exc:
+            self._forget(events)
+            raise ClientError(f"process {process_id}: {exc}") from exc
+        except BaseException:
+            self._forget(events)
+            raise
+        events.recoverable = True
+        return events
+
+    def _new_events(self, process_id: str) -> ProcessEvents:
+        events = ProcessEvents(
+            process_id,
+            limit=self.output_buffer_bytes,
+            fetch=functools.partial(self._read_retained, process_id),
+        )
+        events.on_closed = self._forget
+        events.on_lost = self._lost
+        return events
 
     async def _read_retained(
         self, process_id: str, after_seq: int, max_bytes: int | None

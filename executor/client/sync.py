@@ -229,6 +229,10 @@ class SyncEnvironment:
         """Start a process (``Environment.start``'s options)."""
         return SyncProcess(self._loop, self._loop.run(self.env.start(argv, **options)))
 
+    def attach(self, process_id: str, **options: Any) -> SyncProcess:
+        """A handle on a resumed session's process (``Environment.attach``)."""
+        return SyncProcess(self._loop, self._loop.run(self.env.attach(process_id, **options)))
+
     def run(
         self, argv: Sequence[str], *, timeout: float | None = None, **options: Any
     ) -> RunResult:

@@ -200,3 +200,18 @@ def test_a_gap_the_server_no_longer_retains_fails_the_process_alone() -> None:
 
     assert asyncio.run(consume()) == [1, 2]
     assert lost == [events]
+
+
+def test_adopting_starts_at_the_oldest_retained_chunk() -> None:
+    evicted = ProcessEvents("p")
+    evicted.adopt({"chunks": [wire(5), wire(6)], "nextSeq": 9, "exited": True, "exitCode": 2,
+                   "closed": True})  # fmt: skip
+    assert drain(evicted) == [5, 6] and evicted.exit == ExitResult(2) and evicted.closed
+    outlived = ProcessEvents("p")  # the exit (seq 3) is older than what is retained
+    outlived.adopt({"chunks": [wire(7)], "nextSeq": 9, "exited": True, "exitCode": 0,
+                    "closed": True})  # fmt: skip
+    assert drain(outlived) == [7] and outlived.exit == ExitResult(0)
+    nothing = ProcessEvents("p")
+    nothing.adopt({"chunks": [], "nextSeq": 1, "exited": False, "closed": False})
+    nothing.offer(chunk(1))
+    assert nothing.last_published == 1 and not nothing.closed

@@ -16,6 +16,7 @@ from executor.client import (
     Environment,
     OutcomeUnknown,
     ProcessLost,
+    ServerError,
     SessionFailed,
     connect,
 )
@@ -315,5 +316,25 @@ def test_close_leaks_no_task_and_no_descriptor(daemon: RunningDaemon) -> None:
         # Once closed, nothing of the client is left running or open.
         assert len(asyncio.all_tasks()) == tasks
         assert descriptors() == fds
+
+    arun(main())
+
+
+def test_a_resumed_sessions_process_can_be_attached(daemon: RunningDaemon) -> None:
+    """A second client resumes the session a first one left: ``attach`` follows a process
+    it did not start, its retained output first, then what comes live."""
+
+    async def main() -> None:
+        first = await connect(daemon.url)
+        proc = await first.start([*SH, "echo early; sleep 1; echo late; exit 5"], cwd="/tmp")
+        assert (await anext(proc.output())).data == b"early\n"
+        session = first.session_id
+        await first.close(terminate_processes=False)
+        async with connect(daemon.url, resume_session_id=session) as env:
+            attached = await env.attach(proc.id)
+            result = await attached.collect()
+            assert (result.stdout, result.exit_code) == (b"early\nlate\n", 5)
+            with pytest.raises(ServerError, match="unknown process"):
+                await env.attach("no-such-process")
 
     arun(main())
