@@ -29,6 +29,8 @@ from executor.session import Session, SessionRegistry
 
 __all__ = ["Connection", "ConnectionHost", "MessageTransport"]
 
+_READY = Phase.READY
+
 log = logging.getLogger("executor.connection")
 #: Refused requests and bad messages of every connection, on the audit logger: a burst per
 #: method and code, then a count (a client refusing to behave cannot fill the log).
@@ -98,6 +100,8 @@ class Connection:
         self._drain_callbacks: list[Callable[[], None]] = []
         self._closed = False
         self._scope: dict[str, Any] = {}
+        #: The daemon's route table (built once, before connections are accepted).
+        self._routes = host.routes
         log.info("connection %s opened", transport.peer)
 
     # --- inbound ----------------------------------------------------------------------------
@@ -108,7 +112,7 @@ class Connection:
             return
         message = jsonrpc.parse(data)
         if type(message) is jsonrpc.Request:
-            route = self.host.routes.get(message.method)
+            route = self._routes.get(message.method)
             # Fast path for the commonest requests (liveness probes, environment/info):
             # a synchronous method without params on a ready connection is answered here,
             # without the general dispatch's layers; the answer is identical.
@@ -116,7 +120,7 @@ class Connection:
                 route is not None
                 and route.params is None
                 and not route.is_async
-                and self.handshake.phase is Phase.READY
+                and self.handshake.phase is _READY
                 and (message.params is None or message.params == {})
             ):
                 try:
@@ -124,7 +128,10 @@ class Connection:
                 except Exception as exc:
                     self._failed(message, exc)
                     return
-                self._respond(message, result)
+                if type(result) is Reply or type(result) is jsonrpc.Spliced:
+                    self._respond(message, result)
+                elif not self._closed:
+                    self.transport.send_message(jsonrpc.encode_result(message.id, result))
                 return
             self._request(message)
         elif type(message) is jsonrpc.Notification:

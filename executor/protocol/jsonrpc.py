@@ -81,8 +81,7 @@ _std_loads: Final = json.JSONDecoder(
 try:  # pragma: no cover - exercised in whichever environment is installed
     import orjson
 
-    def _loads(data: bytes | memoryview | str) -> Any:
-        return orjson.loads(data)
+    _loads: Callable[[bytes | memoryview | str], Any] = orjson.loads  # no wrapper: hot path
 
     def dumps(value: Any) -> bytes:
         """Serialize ``value`` to compact UTF-8 JSON (lone surrogates become U+FFFD)."""

@@ -26,6 +26,7 @@ __all__ = [
     "CLOSE",
     "PING",
     "PONG",
+    "SMALL_TEXT_HEADERS",
     "Close",
     "Event",
     "FrameError",
@@ -170,14 +171,14 @@ _OWN_BUFFER_AT: Final = 1024 * 1024
 _TEXT_FINAL: Final = 0x80 | TEXT
 
 #: Headers of small text frames, the common case, built once.
-_SMALL_TEXT_HEADERS: Final = tuple(bytes((0x80 | TEXT, length)) for length in range(126))
+SMALL_TEXT_HEADERS: Final = tuple(bytes((0x80 | TEXT, length)) for length in range(126))
 
 
 def frame_header(opcode: int, length: int) -> bytes:
     """The header of a final, unmasked (server) frame of ``length`` payload bytes."""
     if length < 126:
         if opcode == TEXT:
-            return _SMALL_TEXT_HEADERS[length]
+            return SMALL_TEXT_HEADERS[length]
         return bytes((0x80 | opcode, length))
     if length < 65536:
         return struct.pack("!BBH", 0x80 | opcode, 126, length)

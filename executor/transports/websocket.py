@@ -31,6 +31,7 @@ from executor.transports.frames import (
     CLOSE,
     PING,
     PONG,
+    SMALL_TEXT_HEADERS,
     Close,
     Event,
     FrameError,
@@ -195,7 +196,17 @@ class WebSocketProtocol(asyncio.Protocol):
         """Queue one text message; it is written at the end of this loop iteration."""
         if self._state is not _State.OPEN:
             return
-        self._queue(_TEXT_OPCODE, data)
+        size = len(data)
+        if size >= 126:
+            self._queue(_TEXT_OPCODE, data)
+            return
+        # The commonest case (a small answer) inline: its header is prebuilt.
+        outbox = self._outbox
+        outbox.append(SMALL_TEXT_HEADERS[size])
+        outbox.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
 
     def send_message_parts(self, parts: list[bytes | bytearray | memoryview]) -> None:
         """Queue one text message given as parts (large answers are not joined first)."""
@@ -325,7 +336,9 @@ class WebSocketProtocol(asyncio.Protocol):
     def _handle(self, events: list[Event]) -> None:
         for event in events:
             if type(event) is Message:
-                self._on_message(event)
+                # Data after our close frame is discarded (RFC 6455 §1.4).
+                if self._state is _State.OPEN and self._connection is not None:
+                    self._connection.message_received(event.data)
             elif type(event) is Ping:
                 if self._state is _State.OPEN:
                     self._queue(PONG, event.payload)
@@ -335,12 +348,6 @@ class WebSocketProtocol(asyncio.Protocol):
                 assert isinstance(event, Close)
                 self._on_close(event)
                 return
-
-    def _on_message(self, message: Message) -> None:
-        if self._state is not _State.OPEN:
-            return  # data after our close frame is discarded (RFC 6455 §1.4)
-        if self._connection is not None:
-            self._connection.message_received(message.data)
 
     def _on_pong(self) -> None:
         if self._awaiting_pong:
