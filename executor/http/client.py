@@ -94,6 +94,8 @@ class Exchange:
     async def open(self) -> ResponseHead:
         """Send the request (following redirects) and return the final response's head."""
         self._start()
+        if self._deadline is None:  # no timer to arm (most requests): no timeout scope
+            return await self._open()
         try:
             async with asyncio.timeout_at(self._deadline):
                 return await self._open()
@@ -129,17 +131,16 @@ class Exchange:
         head = await self.open()
         connection = self._connection
         assert connection is not None
-        body = bytearray()
         try:
-            async with asyncio.timeout_at(self._deadline):
-                while data := await connection.receive():
-                    body += data
-                    if len(body) > limit:
-                        raise BodyTooLarge(limit)
+            if self._deadline is None:
+                body = await _read_body(connection, limit)
+            else:
+                async with asyncio.timeout_at(self._deadline):
+                    body = await _read_body(connection, limit)
         except (TimeoutError, WireError) as exc:
             raise BodyFailure from exc
         self._finish()
-        return head, bytes(body)
+        return head, body
 
     def close(self) -> None:
         """Release the connection: back to the session's pool if the body was read to its
@@ -218,6 +219,25 @@ class Exchange:
         except UrlError:
             return None  # an unusable Location: the 3xx itself is the answer, as in the reference
         return target
+
+
+async def _read_body(connection: Connection, limit: int) -> bytes:
+    """The rest of the response body; ``BodyTooLarge`` past ``limit`` bytes."""
+    first = await connection.receive()
+    if not first:
+        return b""
+    if len(first) > limit:
+        raise BodyTooLarge(limit)
+    data = await connection.receive()
+    if not data:  # the commonest case, a body in one piece: no copy into a bytearray
+        return bytes(first)
+    body = bytearray(first)
+    while data:
+        body += data
+        if len(body) > limit:
+            raise BodyTooLarge(limit)
+        data = await connection.receive()
+    return bytes(body)
 
 
 def _wire_headers(

@@ -28,6 +28,9 @@ __all__ = ["IDLE_SECONDS", "PER_ORIGIN", "Origin", "SessionPool", "pool_for"]
 #: most servers close idle connections after 60 s or so).
 PER_ORIGIN: Final = 32
 IDLE_SECONDS: Final = 30.0
+#: How often a release also closes the expired connections of other origins (an expired
+#: one is never handed out: ``open`` checks each one's age).
+_SWEEP_SECONDS: Final = 1.0
 
 #: Scheme, host to connect to (IPv6 without brackets), port.
 Origin = tuple[str, str, int]
@@ -40,6 +43,7 @@ class SessionPool:
         self._policy = policy
         self._tls = tls
         self._idle: dict[Origin, list[tuple[float, Connection]]] = {}
+        self._next_sweep = 0.0
 
     async def open(self, origin: Origin) -> tuple[Connection, bool]:
         """A connection to ``origin``: an idle one (True), else a new one (False)."""
@@ -59,12 +63,14 @@ class SessionPool:
             connection.close()
             return
         now = time.monotonic()
-        for other, entries in list(self._idle.items()):  # drop what expired anywhere
-            for since, stale in [e for e in entries if now - e[0] >= IDLE_SECONDS]:
-                entries.remove((since, stale))
-                stale.close()
-            if not entries:
-                del self._idle[other]
+        if now >= self._next_sweep:  # drop what expired anywhere (not on every release)
+            self._next_sweep = now + _SWEEP_SECONDS
+            for other, entries in list(self._idle.items()):
+                for since, stale in [e for e in entries if now - e[0] >= IDLE_SECONDS]:
+                    entries.remove((since, stale))
+                    stale.close()
+                if not entries:
+                    del self._idle[other]
         idle = self._idle.setdefault(origin, [])
         idle.append((now, connection))
         if len(idle) > PER_ORIGIN:

@@ -56,6 +56,7 @@ class Connection(asyncio.BufferedProtocol):
         self._spoiled = False
         self._paused = False
         self._unread = 0
+        self._poller: select.poll | None = None
 
     # --- asyncio.Protocol ------------------------------------------------------------------
 
@@ -102,12 +103,13 @@ class Connection(asyncio.BufferedProtocol):
         event loop has not read yet (the socket is asked)."""
         if not self._idle or self._spoiled or self._eof or self._transport is None:
             return False
-        sock = self._transport.get_extra_info("socket")
-        if sock is None:
-            return False
-        poller = select.poll()
-        poller.register(sock.fileno(), select.POLLIN)
-        return not poller.poll(0)
+        if self._poller is None:
+            sock = self._transport.get_extra_info("socket")
+            if sock is None:
+                return False
+            self._poller = select.poll()  # kept: made and registered once per connection
+            self._poller.register(sock.fileno(), select.POLLIN)
+        return not self._poller.poll(0)
 
     async def send(
         self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes
