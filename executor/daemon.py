@@ -20,7 +20,7 @@ from executor.fs.capabilities import capability_routes
 from executor.fs.watch import SUPPORTED as WATCH_SUPPORTED
 from executor.fs.watch import watch_routes
 from executor.http import HttpPolicy, http_routes
-from executor.memory import MemoryReclaimer
+from executor.memory import MemoryReclaimer, keep_large_buffers
 from executor.netproxy.session import SessionNetwork
 from executor.process import (
     Confinement,
@@ -166,6 +166,7 @@ class Daemon:
         self.connections: set[OpenConnection] = set()
         #: Hands memory back to the system once sessions and retained output are gone.
         self.reclaimer = MemoryReclaimer(self.loop)
+        keep_large_buffers()
         self._background: set[asyncio.Task[Any]] = set()
         self._executor_env = dict(os.environ)
 

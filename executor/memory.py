@@ -1,4 +1,4 @@
-"""Give memory freed by ended sessions back to the operating system.
+"""Give memory freed by ended sessions back to the operating system; where large buffers live.
 
 Output floods allocate many 64-128 KiB buffers (pipe reads, base64, frames) from the C heap.
 Once a session and its retained output are gone, Python has freed them, but glibc keeps the
@@ -12,6 +12,12 @@ A trim walks the whole heap (11-70 ms measured on that 220 MiB heap, well under 
 idle one), so requests are coalesced: a trim runs a moment after a request, at most one every
 ``interval`` seconds, and requests made until it runs share it (a burst of expiring sessions
 costs one trim).
+
+The module also decides where large buffers live, for speed rather than reclaiming: with
+``keep_large_buffers`` the heap serves and keeps buffers of up to 64 MiB instead of mapping
+each afresh (the trims above still return what is free), and ``huge_buffer`` gives the
+largest ones (a whole file's base64, a large inbound frame) a mapping of their own in huge
+pages, unmapped when released.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["MemoryReclaimer", "huge_buffer", "release_free_memory"]
+__all__ = ["MemoryReclaimer", "huge_buffer", "keep_large_buffers", "release_free_memory"]
 
 log = logging.getLogger("executor.memory")
 
@@ -44,6 +50,35 @@ def _load_malloc_trim() -> Callable[[int], int] | None:
 
 
 _malloc_trim = _load_malloc_trim()
+
+#: ``mallopt`` parameters (glibc's malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+#: See ``keep_large_buffers``.
+LARGE_BUFFER_BYTES = 64 * 1024 * 1024
+
+
+def keep_large_buffers(limit: int = LARGE_BUFFER_BYTES) -> bool:
+    """Serve allocations of up to ``limit`` bytes from the heap, and keep up to ``limit``
+    bytes of free heap for the next ones; False where glibc's ``mallopt`` is missing.
+
+    By default glibc maps every allocation above a (moving) threshold of at most 32 MiB
+    afresh and unmaps it when freed: a large message's parsed text and decoded bytes
+    (a 16 MiB ``fs/writeFile``: ~30 MB) were faulted in page by page each time, ~4,000
+    faults per 16 MiB (measured: 221 -> 130 ms per such message). The retained free heap
+    is bounded by ``limit`` (glibc's own dynamic ceiling is 64 MiB too), and the trims of
+    ``MemoryReclaimer`` still hand it back when sessions and processes end.
+    """
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, limit) and mallopt(_M_TRIM_THRESHOLD, limit))
 
 
 def release_free_memory() -> bool:
