@@ -6,9 +6,12 @@ to the ``Connection`` it was created with, and the connection hands back encoded
 send. Flow control runs both ways: the connection can pause reading, and the socket's write
 buffer pausing is reported to the connection as congestion.
 
-Outgoing messages are queued and written once per event-loop iteration, so a burst of
-answers (a pipelining client) or of notifications costs one ``send`` system call instead of
-one per message; the queue is flushed before anything that depends on ordering (close).
+Outgoing messages are queued and written once per event-loop iteration (the answers a read
+produced: at the end of that read), so a burst of answers (a pipelining client) or of
+notifications costs one ``writev`` instead of one ``send`` per message; the queue is flushed
+before anything that depends on ordering (close). What the socket does not take at once
+waits in the protocol's own queue as it was written — a large answer is never joined or
+copied into the transport's buffer — and the connection's flow control follows that queue.
 """
 
 from __future__ import annotations
