@@ -6,7 +6,9 @@ case's sandbox, with one layer taken out at a time (Linux, as root or with user 
 Launches go straight through the Linux backend and the launcher server (no daemon, no
 WebSocket), so the numbers isolate the layers: each row is the median launch-to-exit time
 with that layer removed from the plan, and the difference to the full plan is its cost.
-Variants are interleaved run by run, so drift of the machine hits them alike.
+Variants are interleaved run by run, so drift of the machine hits them alike. The layers are
+applied by the native launcher (``executor/spawn/sandbox.c``) where it is built; the last row
+is the full plan applied by the Python launcher (``launcher.py``), the fallback.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from executor_linux import launch_spec
+from executor_linux import launch_spec, native_spec
 from executor_linux.backend import LinuxBackend
 from executor_linux.launch_spec import LaunchSpec, Mounts
 
@@ -71,17 +73,25 @@ VARIANTS: dict[str, Variant | None] = {
     "- pins": _no_pins,
     "- limits (cgroups, rlimits)": _no_limits,
 }
+#: The full plan once more, applied by the Python launcher.
+PYTHON = "full plan, Python launcher"
 
 
 async def _measure(runs: int, workspace: str) -> dict[str, float]:
     backend = LinuxBackend()
     rules = materialize(parse_sandbox(workspace_sandbox(workspace)), LocalHost(cwd=workspace))
     assert rules is not None
+    previous = os.environ.pop("EXECUTOR_SANDBOX_LAUNCH", None)
     spawner = Spawner()
-    samples: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    os.environ["EXECUTOR_SANDBOX_LAUNCH"] = "python"
+    python = Spawner()
+    del os.environ["EXECUTOR_SANDBOX_LAUNCH"]
+    if previous is not None:
+        os.environ["EXECUTOR_SANDBOX_LAUNCH"] = previous
+    samples: dict[str, list[float]] = {name: [] for name in [*VARIANTS, PYTHON]}
     try:
         for run in range(runs + 1):
-            for name, variant in VARIANTS.items():
+            for name, variant in [*VARIANTS.items(), (PYTHON, None)]:
                 command = Command(
                     executable="/bin/true", argv=("true",), env={}, cwd=workspace, tty=False
                 )
@@ -90,7 +100,8 @@ async def _measure(runs: int, workspace: str) -> dict[str, float]:
                 setup = plan.setup
                 if variant is not None:
                     spec = variant(launch_spec.decode(setup.payload))
-                    setup = replace(setup, payload=launch_spec.encode(spec))
+                    native = native_spec.encode(spec)
+                    setup = replace(setup, payload=launch_spec.encode(spec), native=native)
                 request = Command(
                     executable=plan.executable,
                     argv=plan.argv,
@@ -100,7 +111,7 @@ async def _measure(runs: int, workspace: str) -> dict[str, float]:
                     setup=setup,
                 )
                 started = time.perf_counter()
-                launch = spawner.launch(request, (0, 1, 2))
+                launch = (python if name == PYTHON else spawner).launch(request, (0, 1, 2))
                 await launch.started
                 await launch.exited
                 elapsed = time.perf_counter() - started
@@ -110,6 +121,7 @@ async def _measure(runs: int, workspace: str) -> dict[str, float]:
                     samples[name].append(elapsed * 1000)
     finally:
         spawner.close()
+        python.close()
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
