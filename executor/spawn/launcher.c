@@ -402,8 +402,11 @@ static void __attribute__((noreturn)) supervise_sandboxed(const struct launch *l
         _exit(0);
     }
     received[used] = '\0';
-    /* "+..." lines: what the child observed of its layers; any other line: the failure. */
+    /* "+..." lines: what the child observed of its layers; any other line: the failure. The
+     * child reports its observations right before the command starts: a child that ended
+     * without either (killed, crashed) did not start it. */
     const char *failure = NULL;
+    int observed = 0;
     for (char *line = received; *line;) {
         char *end = strchr(line, '\n');
         if (end != NULL) {
@@ -412,7 +415,11 @@ static void __attribute__((noreturn)) supervise_sandboxed(const struct launch *l
         if (line[0] != '+' && failure == NULL) {
             failure = line;
         }
+        observed |= line[0] == '+';
         line = end != NULL ? end + 1 : line + strlen(line);
+    }
+    if (failure == NULL && !observed) {
+        failure = "launcher 0 the sandboxed child ended before the command started";
     }
     if (failure != NULL) {
         report(status_fd, "E %s\n", failure);

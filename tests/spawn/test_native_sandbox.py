@@ -13,8 +13,10 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from executor_linux import native_spec
 from executor_linux.launch_spec import LandlockRules, LaunchSpec, Limits
@@ -22,7 +24,7 @@ from executor_linux.launch_spec import LandlockRules, LaunchSpec, Limits
 from executor.sandbox import ChildSetup, Command
 from executor.spawn import spawner as spawner_module
 from executor.spawn.spawner import Spawner, sandbox_launch_mode
-from tests.spawn.test_native_launcher import control, program, request, status_lines
+from tests.spawn.test_native_launcher import control, program, request, send, status_lines
 
 __all__ = ["control", "program"]  # fixtures, shared with the plain launcher's tests
 
@@ -159,3 +161,57 @@ def test_the_encoding_keeps_every_layer_or_gives_up() -> None:
     assert native_spec.encode(LaunchSpec(seccomp=b"\0" * 7)) is None
     assert native_spec.encode(LaunchSpec(landlock=rules._replace(grants=(("/a\0b", 1),)))) is None
     assert os.fsencode("/usr") in encoded
+
+
+def test_a_child_that_dies_before_the_command_starts_is_a_failed_start(
+    control: socket.socket, tmp_path: Path
+) -> None:
+    """Killed in the middle of its layers (here: blocked opening the network namespace to
+    join, a FIFO nobody writes), the child never reported the command started: the launch
+    fails instead of reporting a start."""
+    fifo = tmp_path / "netns"
+    os.mkfifo(fifo)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    spec = b"".join(
+        [
+            b"EXS\x01",
+            record(10, struct.pack(">3BII", 0, 0, 0, os.getuid(), os.getgid())),
+            record(11, struct.pack(">Q", 1) + os.fsencode(fifo)),
+            record(12, os.fsencode(staging)),
+            record(13, bytes([0, 0, 0, 0])),
+        ]
+    )
+    marker = tmp_path / "ran"
+    status_r, status_w = os.pipe()
+    null = os.open(os.devnull, os.O_RDWR)
+    send(control, sandboxed(spec, marker), [status_w, null, null, null])
+    os.close(status_w)
+    os.close(null)
+    deadline = time.monotonic() + 10
+    blocked: list[psutil.Process] = []
+    while not blocked and time.monotonic() < deadline:
+        time.sleep(0.02)
+        # The launcher server, its supervisor, and the supervisor's child: the one blocked.
+        blocked = [p for p in psutil.Process().children(recursive=True) if _depth(p) == 3]
+    assert blocked, "the sandboxed child was not found"
+    for process in blocked:
+        process.kill()
+    data = b""
+    while chunk := os.read(status_r, 4096):
+        data += chunk
+    os.close(status_r)
+    assert data.decode().splitlines() == [
+        "E launcher 0 the sandboxed child ended before the command started"
+    ]
+    assert not marker.exists()
+
+
+def _depth(process: psutil.Process) -> int:
+    """How many parents up this test process is (1: its child)."""
+    depth, me = 0, os.getpid()
+    current: psutil.Process | None = process
+    while current is not None and current.pid != me and depth < 8:
+        current = current.parent()
+        depth += 1
+    return depth if current is not None and current.pid == me else -1
