@@ -434,7 +434,14 @@ class WebSocketProtocol(asyncio.Protocol):
         if not pending:
             return
         if self._write_fd < 0:
-            self._write_fd = os.dup(self._fd)
+            try:
+                self._write_fd = os.dup(self._fd)
+            except OSError:  # out of descriptors: the transport buffers it (a copy), in order
+                assert self._transport is not None
+                self._transport.write(b"".join(pending))
+                pending.clear()
+                self._pending_bytes = 0
+                return
             self._loop.add_writer(self._write_fd, self._write_ready)
         if self._pending_bytes > self._options.write_high_water and not self._writing_paused:
             self._writing_paused = True
