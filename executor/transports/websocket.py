@@ -215,10 +215,15 @@ class WebSocketProtocol(asyncio.Protocol):
         """Queue one text message given as parts (large answers are not joined first)."""
         if self._state is not _State.OPEN:
             return
+        size = 0
+        for part in parts:
+            length = len(part)
+            size += length
+            if length >= _JOIN_LIMIT:
+                self._outbox_large = True
         outbox = self._outbox
-        outbox.append(frame_header(_TEXT_OPCODE, sum(len(part) for part in parts)))
+        outbox.append(frame_header(_TEXT_OPCODE, size))
         outbox.extend(parts)
-        self._outbox_large = True
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
