@@ -422,7 +422,7 @@ class WebSocketProtocol(asyncio.Protocol):
             sent = _write(fd, parts)
             if sent < 0:
                 self._lost_write()
-            else:
+            elif len(parts) > 1 or sent < len(parts[0]):  # else all of it went out
                 self._enqueue(parts, sent)
 
     def _enqueue(self, parts: list[bytes | bytearray | memoryview], sent: int = 0) -> None:
