@@ -63,8 +63,8 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Keep the transport. Idle until a request is sent: a server that speaks first
         spoils the connection."""
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport (asyncio's, or another loop's that is no subclass of it).
+        self._transport = cast("asyncio.Transport", transport)
         self._idle = True
 
     def get_buffer(self, sizehint: int) -> memoryview:

@@ -26,6 +26,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol as TypingProtocol
+from typing import cast
 
 from executor.audit.refusals import RefusalLog
 from executor.transports import handshake
@@ -143,8 +144,8 @@ class WebSocketProtocol(asyncio.Protocol):
     # --- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport (asyncio's, or another loop's that is no subclass of it).
+        self._transport = cast("asyncio.Transport", transport)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -152,7 +153,7 @@ class WebSocketProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.peer = f"{peer[0]}:{peer[1]}" if ":" not in peer[0] else f"[{peer[0]}]:{peer[1]}"
-        transport.set_write_buffer_limits(high=self._options.write_high_water)
+        self._transport.set_write_buffer_limits(high=self._options.write_high_water)
         self._arm(self._options.handshake_timeout, self._abort)
 
     def data_received(self, data: bytes) -> None:
