@@ -23,7 +23,7 @@ from executor_linux.launch_spec import LandlockRules, LaunchSpec, Limits, Mounts
 
 from executor.sandbox import ChildSetup, Command
 from executor.spawn.spawner import LaunchFailed, Spawner
-from tests.executor_linux.conftest import LAUNCH_ENV, linux_sandbox_available, run_cli
+from tests.executor_linux.conftest import LAUNCH_ENV, Scene, linux_sandbox_available, run_cli
 from tests.support.enforcement import skip_unless
 
 pytestmark = pytest.mark.enforcement
@@ -128,11 +128,8 @@ def test_the_launcher_named_in_the_environment_takes_the_launch(
         assert pid1.startswith("python")
 
 
-def test_executor_run_uses_the_named_launcher(scene: object, sandbox_launch: str) -> None:
+def test_executor_run_uses_the_named_launcher(scene: Scene, sandbox_launch: str) -> None:
     """Through ``executor run`` (the daemon's spawner code): PID 1 is that launcher's."""
-    from tests.executor_linux.conftest import Scene
-
-    assert isinstance(scene, Scene)
     result = run_cli(scene, "workspace", ["readlink", "/proc/1/exe"], "--no-tty")
     assert result.returncode == 0, result.stderr
     pid1 = os.path.basename(result.stdout.strip())
