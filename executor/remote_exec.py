@@ -38,7 +38,6 @@ from typing import Any
 
 from executor.client import ClientError, Environment, ExitResult, Process, ServerError, connect
 from executor.client.paths import native_path
-from executor.sandbox.denial import Verdict, classify
 
 __all__ = ["EXIT_LOST", "EXIT_NOT_STARTED", "ExecRequest", "exec_command"]
 
@@ -223,7 +222,10 @@ class _Exec:
     def _verdict(self, result: ExitResult) -> None:
         if not result.sandbox_denied:
             return
+        # Imported only now: the sandbox package and the runner are most of `executor exec`'s
+        # start-up, and only a denied command needs them.
         from executor.runner import denial_line
+        from executor.sandbox.denial import Verdict, classify
 
         linux = self.env.info.get("platformOs", "linux") == "linux"
         output = bytes(self.kept)
