@@ -19,13 +19,13 @@ what the server retains. Only when the server no longer has it does the process 
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from executor.client.errors import ClientError, ProcessLost
+from executor.protocol import b64codec
 
 __all__ = ["Changes", "Closed", "Event", "ExitResult", "Exited", "OutputChunk", "ProcessEvents"]
 
@@ -83,7 +83,7 @@ def event_from_notification(method: str, params: dict[str, Any]) -> Event | None
     """The event a ``process/*`` notification carries (``None`` for other methods)."""
     seq = int(params["seq"])
     if method == "process/output":
-        return OutputChunk(seq, params["stream"], base64.b64decode(params["chunk"]))
+        return OutputChunk(seq, params["stream"], b64codec.decode(params["chunk"]))
     if method == "process/exited":
         denied = bool(params.get("sandboxDenied", False))
         return Exited(seq, ExitResult(int(params["exitCode"]), denied))
@@ -184,7 +184,7 @@ class ProcessEvents:
             if seq > target:
                 raise RecoveryGap(f"chunk {seq} is past the read's end {target}")
             if seq > self.last_published:
-                chunk = OutputChunk(seq, raw["stream"], base64.b64decode(raw["chunk"]))
+                chunk = OutputChunk(seq, raw["stream"], b64codec.decode(raw["chunk"]))
                 self.pending.setdefault(seq, chunk)
         if read.get("closed"):
             # The close is always the last event: it has the highest seq.
@@ -274,7 +274,7 @@ class ProcessEvents:
                 break  # published after the gap: it has its place already
             if any(missing != self._exit_seq for missing in range(gap[0] + 1, seq)):
                 break  # evicted: the server keeps only the newest output
-            self._keep(OutputChunk(seq, raw["stream"], base64.b64decode(raw["chunk"])))
+            self._keep(OutputChunk(seq, raw["stream"], b64codec.decode(raw["chunk"])))
             gap[0] = seq
             progressed = True
         if gap[0] >= gap[1]:

@@ -8,7 +8,6 @@ after reconnecting; the others raise ``OutcomeUnknown``.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from executor.client.errors import ConnectionLost, OutcomeUnknown, ServerError
 from executor.client.paths import native_path, path_uri, sandbox_context
-from executor.protocol import methods
+from executor.protocol import b64codec, methods
 
 if TYPE_CHECKING:
     from executor.client.recovery import Link
@@ -80,7 +79,7 @@ class FileSystem:
         """The whole file (large files: ``read_stream``)."""
         params = {"path": path_uri(path), "followSymlinks": follow_symlinks}
         result = await self._call(methods.FS_READ_FILE, params, sandbox, workspace_roots)
-        return base64.b64decode(result["dataBase64"])
+        return b64codec.decode(result["dataBase64"])
 
     async def write_file(
         self,
@@ -94,7 +93,7 @@ class FileSystem:
         """Create or truncate the file and write ``data`` (its directory must exist)."""
         params = {
             "path": path_uri(path),
-            "dataBase64": base64.b64encode(data).decode(),
+            "dataBase64": b64codec.encode(data).decode(),
             "followSymlinks": follow_symlinks,
         }
         await self._call(methods.FS_WRITE_FILE, params, sandbox, workspace_roots)
@@ -231,7 +230,7 @@ class FileSystem:
                     )
                 except ConnectionLost:
                     continue
-                data = base64.b64decode(block["chunk"])
+                data = b64codec.decode(block["chunk"])
                 if data:
                     offset += len(data)
                     yield data
@@ -268,7 +267,7 @@ class FileSystem:
             async for chunk in _each(chunks):
                 for start in range(0, len(chunk), BLOCK_SIZE):
                     block = chunk[start : start + BLOCK_SIZE]
-                    encoded = base64.b64encode(block).decode()
+                    encoded = b64codec.encode(block).decode()
                     await rpc.call(method, {"handleId": handle, "offset": offset, "chunk": encoded})
                     offset += len(block)
             method = methods.FS_CLOSE

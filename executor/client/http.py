@@ -14,7 +14,6 @@ sent it.
 
 from __future__ import annotations
 
-import base64
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from executor.client.errors import ClientError, HttpBodyError
 from executor.client.events import Changes
-from executor.protocol import methods
+from executor.protocol import b64codec, methods
 
 if TYPE_CHECKING:
     from executor.client.recovery import Link
@@ -80,7 +79,7 @@ class BodyStream:
         seq = int(params["seq"])
         if seq < self._next:
             return
-        data = base64.b64decode(params.get("deltaBase64") or "")
+        data = b64codec.decode(params.get("deltaBase64") or "")
         error = params.get("error")
         self._pending.setdefault(seq, (data, bool(params.get("done")), error))
         while (delta := self._pending.pop(self._next, None)) is not None:
@@ -204,7 +203,7 @@ class Http:
         result = await self._link.call(methods.HTTP_REQUEST, params, idempotent=False)
         status, response_headers = _head(result)
         return HttpResponse(
-            status, response_headers, base64.b64decode(result.get("bodyBase64") or "")
+            status, response_headers, b64codec.decode(result.get("bodyBase64") or "")
         )
 
     async def stream(
@@ -240,7 +239,7 @@ def _params(
         "method": method,
         "url": url,
         "headers": _wire_headers(headers),
-        "bodyBase64": None if body is None else base64.b64encode(body).decode(),
+        "bodyBase64": None if body is None else b64codec.encode(body).decode(),
         "timeoutMs": timeout_ms,
         "redirectPolicy": "follow" if follow_redirects else "stop",
         "requestId": f"client-http-{uuid.uuid4().hex}",

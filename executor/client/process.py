@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from executor.client.errors import ClientError, OutcomeUnknown
 from executor.client.events import ExitResult, OutputChunk, ProcessEvents
-from executor.protocol import methods
+from executor.protocol import b64codec, methods
 
 if TYPE_CHECKING:
     from executor.client.recovery import Link
@@ -105,7 +104,7 @@ class Process:
         write_id = write_id or uuid.uuid4().hex
         params = {
             "processId": self.id,
-            "chunk": base64.b64encode(data).decode(),
+            "chunk": b64codec.encode(data).decode(),
             "writeId": write_id,
         }
         for attempt in range(50):

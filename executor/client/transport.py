@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import shlex
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -19,6 +18,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from executor.client.errors import ClientError, ConnectionLost
+from executor.protocol import jsonrpc
 
 __all__ = [
     "Connector",
@@ -57,8 +57,17 @@ class Connector(Protocol):
         """A new connection; raises ``OSError``/``ClientError`` when it cannot be opened."""
 
 
+def _encode(message: dict[str, Any]) -> bytes:
+    try:
+        return jsonrpc.dumps_exact(message)
+    except ValueError as exc:
+        # A lone surrogate (a path decoded from bytes that are not UTF-8): sent as it is, the
+        # server refuses it; replaced, it would name another file.
+        raise ClientError(f"cannot send {message.get('method')}: {exc}") from None
+
+
 def _decode(raw: str | bytes) -> dict[str, Any]:
-    message = json.loads(raw)
+    message = jsonrpc.loads(raw)
     if not isinstance(message, dict):
         raise ClientError(f"the server sent a message that is not an object: {raw[:200]!r}")
     return message
@@ -73,13 +82,14 @@ class WebSocketTransport:
 
     async def send(self, message: dict[str, Any]) -> None:
         try:
-            await self._ws.send(json.dumps(message, separators=(",", ":")))
+            await self._ws.send(_encode(message), text=True)
         except ConnectionClosed as exc:
             raise ConnectionLost(f"connection closed: {exc}", sent=False) from exc
 
     async def receive(self) -> dict[str, Any] | None:
         try:
-            raw = await self._ws.recv()
+            # Bytes, not text: the parser takes UTF-8 as it came (and checks it).
+            raw = await self._ws.recv(decode=False)
         except ConnectionClosed:
             return None
         return _decode(raw)
@@ -151,7 +161,7 @@ class StdioTransport:
         stdin = self._process.stdin
         if self._closed or stdin is None or stdin.is_closing():
             raise ConnectionLost("the stdio server's stdin is closed", sent=False)
-        stdin.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        stdin.write(_encode(message) + b"\n")
         try:
             await stdin.drain()
         except (ConnectionError, BrokenPipeError) as exc:

@@ -35,11 +35,13 @@ __all__ = [
     "Spliced",
     "base64_value",
     "dumps",
+    "dumps_exact",
     "encode_error",
     "encode_notification",
     "encode_notification_parts",
     "encode_result",
     "encode_result_parts",
+    "loads",
     "parse",
     "preencode",
 ]
@@ -91,6 +93,15 @@ try:  # pragma: no cover - exercised in whichever environment is installed
             # Rare path: a non-UTF-8 name or path in a message. Anything else still raises.
             return orjson.dumps(_scrub(value))
 
+    def dumps_exact(value: Any) -> bytes:
+        """``dumps``, but text that is not Unicode (a lone surrogate) or a value JSON has
+        no form for raises ``ValueError``: a client must not send another path than it was
+        given."""
+        try:
+            return orjson.dumps(value)
+        except orjson.JSONEncodeError as exc:
+            raise ValueError(str(exc)) from None
+
     _DECODE_ERRORS: tuple[type[Exception], ...] = (orjson.JSONDecodeError, RecursionError)
 
     def base64_value(data: bytes) -> Any:
@@ -133,6 +144,14 @@ except ImportError:  # pragma: no cover
             return text.encode()
         except UnicodeEncodeError:
             return _SURROGATE.sub("\ufffd", text).encode()
+
+    def dumps_exact(value: Any) -> bytes:
+        """``dumps``, but text that is not Unicode (a lone surrogate) or a value JSON has
+        no form for raises ``ValueError``."""
+        try:
+            return _std_dumps(value).encode()
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
 
     _DECODE_ERRORS = (ValueError, RecursionError)
 
@@ -178,6 +197,11 @@ class Malformed(NamedTuple):
 
 Message = Request | Notification | ClientResponse | Malformed
 _new_tuple: Final = tuple.__new__
+
+
+def loads(data: bytes | memoryview | str) -> Any:
+    """One JSON value, as strictly as ``parse`` reads messages (orjson when installed)."""
+    return _loads(data)
 
 
 def parse(data: bytes | memoryview | str) -> Message:

@@ -169,6 +169,29 @@ def test_fs_roundtrip(daemon: RunningDaemon, tmp_path: Path) -> None:
     arun(main())
 
 
+def test_text_that_is_not_unicode_is_refused_not_altered(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    """A file name that is not UTF-8 reaches exactly that file (paths travel as ``file:``
+    URIs, percent-encoded). An argument with a lone surrogate cannot be sent as JSON text:
+    the call fails with a ClientError naming the method instead of sending U+FFFD in its
+    place, and the session goes on."""
+    raw = bytes(tmp_path) + b"/\xff"
+    with open(raw, "wb") as file:
+        file.write(b"the odd one")
+    (tmp_path / "\ufffd").write_bytes(b"not this one")
+    odd = os.fsdecode(raw)
+
+    async def main() -> None:
+        async with connect(daemon.url) as env:
+            assert await env.fs.read_file(odd) == b"the odd one"
+            with pytest.raises(ClientError, match="cannot send process/start"):
+                await env.start(["/bin/echo", odd])
+            assert (await env.run(["/bin/echo", "still here"])).stdout == b"still here\n"
+
+    arun(main())
+
+
 def test_stdio_transport(tmp_path: Path) -> None:
     command = " ".join([*executor_command(), "serve", "--listen", "stdio", "--log-level", "error"])
 
