@@ -1,7 +1,7 @@
 """The WebSocket transport's own write queue, in process: a real socket, a client that does
 not read, a connection that records flow control.
 
-What the socket does not take waits in ``WebSocketProtocol``'s queue as it was written; the
+What the socket does not take waits in the protocol's ``SocketWriter`` as it was written; the
 connection is paused above the high-water mark and resumed once the queue drains below a
 quarter of it; the bytes arrive whole and in order; a failed ``dup`` (no descriptors left)
 falls back to the transport's own buffer.
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from executor.transports import websocket
+from executor.transports import writes
 from executor.transports.websocket import WebSocketOptions, WebSocketProtocol, serve_websocket
 from tests.support.rawws import client_frame
 
@@ -121,7 +121,7 @@ def test_without_a_descriptor_to_spare_the_transport_buffers_it(
     def no_descriptors(fd: int) -> int:
         raise OSError(24, "Too many open files")
 
-    monkeypatch.setattr(websocket.os, "dup", no_descriptors)
+    monkeypatch.setattr(writes.os, "dup", no_descriptors)
     answer = os.urandom(4 * MiB).hex().encode()
 
     async def test() -> None:

@@ -17,11 +17,8 @@ copied into the transport's buffer — and the connection's flow control follows
 from __future__ import annotations
 
 import asyncio
-import collections
 import enum
-import itertools
 import logging
-import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +43,7 @@ from executor.transports.frames import (
     close_payload,
     frame_header,
 )
+from executor.transports.writes import JOIN_LIMIT, SocketWriter, coalesce
 
 __all__ = ["ConnectionCallbacks", "WebSocketOptions", "WebSocketProtocol", "serve_websocket"]
 
@@ -54,11 +52,6 @@ log = logging.getLogger("executor.websocket")
 _REFUSALS = RefusalLog(log)
 
 _TEXT_OPCODE = 0x1
-#: Payloads at least this large are written as their own buffer rather than copied into a
-#: joined one (the copy would cost more than the extra iovec).
-_JOIN_LIMIT = 16 * 1024
-#: At most this many buffers in one ``writev`` (Linux's ``IOV_MAX``).
-_IOV_MAX = 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,17 +118,11 @@ class WebSocketProtocol(asyncio.Protocol):
         )
         self._connection: ConnectionCallbacks | None = None
         self._outbox: list[bytes | bytearray | memoryview] = []
-        #: Whether the outbox holds a payload of at least ``_JOIN_LIMIT`` bytes.
+        #: Whether the outbox holds a payload of at least ``JOIN_LIMIT`` bytes.
         self._outbox_large = False
         self._flush_scheduled = False
-        #: What the socket did not take yet, in order (see ``_flush``), and its size.
-        self._pending: collections.deque[bytes | bytearray | memoryview] = collections.deque()
-        self._pending_bytes = 0
-        #: A duplicate of the socket's descriptor, watched for writability while anything
-        #: is pending (asyncio lets no one else watch the transport's own descriptor).
-        self._write_fd = -1
-        self._writing_paused = False
-        self._close_when_written = False
+        #: Writes the socket once it is open (None: no socket of its own, the transport does).
+        self._writer: SocketWriter | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._keepalive: asyncio.TimerHandle | None = None
         self._awaiting_pong = False
@@ -154,6 +141,15 @@ class WebSocketProtocol(asyncio.Protocol):
         if isinstance(peer, tuple):
             self.peer = f"{peer[0]}:{peer[1]}" if ":" not in peer[0] else f"[{peer[0]}]:{peer[1]}"
         self._transport.set_write_buffer_limits(high=self._options.write_high_water)
+        if self._fd >= 0:
+            self._writer = SocketWriter(
+                self._loop,
+                self._fd,
+                self._transport,
+                high_water=self._options.write_high_water,
+                paused=self.pause_writing,
+                resumed=self.resume_writing,
+            )
         self._arm(self._options.handshake_timeout, self._abort)
 
     def data_received(self, data: bytes) -> None:
@@ -174,9 +170,9 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._state = _State.CLOSED
-        self._stop_watching()
-        self._pending.clear()
-        self._pending_bytes = 0
+        if self._writer is not None:
+            self._writer.stop()
+            self._writer = None
         self._fd = -1  # the descriptor number may be reused from now on
         self._outbox.clear()
         self._cancel_timer()
@@ -220,7 +216,7 @@ class WebSocketProtocol(asyncio.Protocol):
         for part in parts:
             length = len(part)
             size += length
-            if length >= _JOIN_LIMIT:
+            if length >= JOIN_LIMIT:
                 self._outbox_large = True
         outbox = self._outbox
         outbox.append(frame_header(_TEXT_OPCODE, size))
@@ -390,7 +386,7 @@ class WebSocketProtocol(asyncio.Protocol):
         size = len(payload)
         outbox.append(frame_header(opcode, size))
         outbox.append(payload)
-        if size >= _JOIN_LIMIT:
+        if size >= JOIN_LIMIT:
             self._outbox_large = True
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -404,107 +400,24 @@ class WebSocketProtocol(asyncio.Protocol):
             self._outbox_large = False
             return
         if self._outbox_large:  # large payloads are written as they are, not joined
-            parts = _coalesce(outbox)
+            parts = coalesce(outbox)
             self._outbox_large = False
         else:
             parts = [b"".join(outbox)]
         outbox.clear()
-        fd = self._fd
-        if self._pending:
-            self._enqueue(parts)  # behind what is already waiting
-        elif fd < 0 or transport.get_write_buffer_size():
-            # No descriptor of our own, or the transport still holds the upgrade response:
-            # the transport writes (and buffers) in order.
-            transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+        writer = self._writer
+        if writer is not None and (writer.pending or not transport.get_write_buffer_size()):
+            writer.write(parts)  # uncopied, whatever the socket does not take at once
         else:
-            # Gathered write straight to the socket; what it does not take waits in
-            # ``_pending`` as it is. The transport's buffer would copy it (Python 3.11
-            # joins, then appends to a bytearray): ~0.5 s of a 90 MB answer, in page faults.
-            sent = _write(fd, parts)
-            if sent < 0:
-                self._lost_write()
-            elif len(parts) > 1 or sent < len(parts[0]):  # else all of it went out
-                self._enqueue(parts, sent)
-
-    def _enqueue(self, parts: list[bytes | bytearray | memoryview], sent: int = 0) -> None:
-        """Queue ``parts`` less the first ``sent`` bytes; watch the socket; pause producers."""
-        pending = self._pending
-        for part in parts:
-            size = len(part)
-            if sent >= size:
-                sent -= size
-                continue
-            pending.append(memoryview(part)[sent:] if sent else part)
-            self._pending_bytes += size - sent
-            sent = 0
-        if not pending:
-            return
-        if self._write_fd < 0:
-            try:
-                self._write_fd = os.dup(self._fd)
-            except OSError:  # out of descriptors: the transport buffers it (a copy), in order
-                assert self._transport is not None
-                self._transport.write(b"".join(pending))
-                pending.clear()
-                self._pending_bytes = 0
-                return
-            self._loop.add_writer(self._write_fd, self._write_ready)
-        if self._pending_bytes > self._options.write_high_water and not self._writing_paused:
-            self._writing_paused = True
-            if self._connection is not None:
-                self._connection.writing_paused()
-
-    def _write_ready(self) -> None:
-        """The socket takes more: write what is pending (at most ``_IOV_MAX`` parts a call)."""
-        pending = self._pending
-        while pending:
-            parts = list(itertools.islice(pending, _IOV_MAX))
-            sent = _write(self._write_fd, parts)
-            if sent < 0:
-                self._lost_write()
-                return
-            self._pending_bytes -= sent
-            for part in parts:
-                size = len(part)
-                if sent < size:
-                    if sent:
-                        pending[0] = memoryview(part)[sent:]
-                    break
-                sent -= size
-                pending.popleft()
-            else:
-                continue  # every part went out: there may be more
-            break  # the socket is full
-        if self._writing_paused and self._pending_bytes <= self._options.write_high_water // 4:
-            self._writing_paused = False
-            if self._connection is not None:
-                self._connection.writing_resumed()
-        if not pending:
-            self._stop_watching()
-            if self._close_when_written and self._transport is not None:
-                self._transport.close()
-
-    def _lost_write(self) -> None:
-        """Writing failed (the peer is gone): drop what is pending; the transport ends."""
-        self._pending.clear()
-        self._pending_bytes = 0
-        self._stop_watching()
-        if self._transport is not None:
-            self._transport.abort()
-
-    def _stop_watching(self) -> None:
-        if self._write_fd >= 0:
-            self._loop.remove_writer(self._write_fd)
-            os.close(self._write_fd)
-            self._write_fd = -1
+            # No socket of our own, or the transport still holds something (the upgrade
+            # response): the transport writes (and buffers) in order.
+            transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
 
     def _close_transport(self) -> None:
         """Close the transport once everything queued is written."""
-        if self._transport is None:
-            return
-        if self._pending:
-            self._close_when_written = True
-        else:
+        if self._writer is not None:
+            self._writer.close_when_written()
+        elif self._transport is not None:
             self._transport.close()
 
     # --- timers -----------------------------------------------------------------------------
@@ -546,33 +459,6 @@ class WebSocketProtocol(asyncio.Protocol):
         self._state = _State.CLOSED
         if self._transport is not None:
             self._transport.abort()
-
-
-def _coalesce(parts: list[bytes | bytearray | memoryview]) -> list[bytes | bytearray | memoryview]:
-    """Join small neighbours so the kernel gets few, large buffers; big payloads stay as is."""
-    out: list[bytes | bytearray | memoryview] = []
-    small: list[bytes | bytearray | memoryview] = []
-    for part in parts:
-        if len(part) >= _JOIN_LIMIT:
-            if small:
-                out.append(b"".join(small))
-                small = []
-            out.append(part)
-        else:
-            small.append(part)
-    if small:
-        out.append(b"".join(small))
-    return out
-
-
-def _write(fd: int, parts: list[bytes | bytearray | memoryview]) -> int:
-    """Write ``parts`` to the non-blocking ``fd`` in one ``writev``: bytes taken, -1 on error."""
-    try:
-        return os.writev(fd, parts)
-    except (BlockingIOError, InterruptedError):
-        return 0
-    except OSError:
-        return -1
 
 
 async def serve_websocket(
