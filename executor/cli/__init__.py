@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -80,6 +79,7 @@ def _missing_profile_dirs() -> list[str]:
 
 def _serve(args: argparse.Namespace) -> int:
     from executor.cli.serve_options import daemon_config, websocket_options
+    from executor.daemon import run_event_loop
     from executor.logs import configure_logging
     from executor.serve import parse_listen, serve
     from executor.transports.auth import AuthFlags, from_flags
@@ -99,7 +99,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     auth = from_flags(flags, stdio=address.kind == "stdio")
     options = websocket_options(args, auth)
-    return asyncio.run(serve(address, daemon_config(args), options))
+    return run_event_loop(serve(address, daemon_config(args), options))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
