@@ -108,6 +108,9 @@ class Link:
         self._changes = Changes()
         self._recovery: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Closings of connections that ended on their own (awaited by ``close``, never
+        #: cancelled: a stdio server must be reaped, a socket's descriptor released).
+        self._releasing: set[asyncio.Task[None]] = set()
         self._generation = 0
         self._closed = False
         #: Called with (method, params) for notifications that are not process events.
@@ -324,6 +327,9 @@ class Link:
     def _on_closed(self, rpc: RpcConnection, reason: str) -> None:
         # Streamed bodies die with their connection, at once: the executor keeps none.
         self._lose_streams(f"the connection dropped while it was streaming ({reason})", rpc)
+        releasing = asyncio.get_running_loop().create_task(rpc.close())
+        self._releasing.add(releasing)
+        releasing.add_done_callback(self._releasing.discard)
         if self.status is not Status.CONNECTED or self._rpc is not rpc:
             return  # a candidate connection, or one replaced already
         self.status = Status.RECOVERING
@@ -474,6 +480,7 @@ class Link:
         await asyncio.gather(*tasks, return_exceptions=True)
         if rpc is not None:
             await rpc.close()
+        await asyncio.gather(*self._releasing, return_exceptions=True)
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
