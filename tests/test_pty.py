@@ -63,8 +63,15 @@ def test_input_is_echoed_by_the_terminal(client: WsClient) -> None:
     assert events[-2]["params"]["exitCode"] == 0
 
 
-#: ``sleep`` in the foreground, saying so first: the tests wait for the word, not a while.
-SLEEPER = ["/bin/sh", "-c", "echo ready; exec sleep 100"]
+#: A sleeper in the foreground that says so once it sleeps: the tests wait for the word, not
+#: a while. (Not ``sh -c "echo ready; exec sleep 100"``: a ^C reaching dash while it runs the
+#: ``echo`` builtin is held until its next child ends, and the exec'd sleep never sees it.)
+SLEEPER = [
+    "python3",
+    "-c",
+    "import signal, time; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "print('ready', flush=True); time.sleep(100)",
+]
 
 
 @pytest.mark.parametrize("argv", [SLEEPER, ["/bin/cat"]], ids=["sleep", "cat"])

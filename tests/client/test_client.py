@@ -65,18 +65,23 @@ def test_stdin_writes_and_a_closed_stdin(daemon: RunningDaemon) -> None:
     arun(main())
 
 
+#: Says it is ready only once it waits: a ^C that reaches ``sh -c`` while it runs a builtin
+#: (the ``echo``) is held by dash until its next child ends, and a ``sleep 30`` started
+#: meanwhile would never see it.
+WAITER = "import time; print('ready', flush=True); time.sleep(30)"
+
+
 def test_a_terminal_echoes_and_an_interrupt_reaches_it(daemon: RunningDaemon) -> None:
     async def main() -> None:
         async with connect(daemon.url) as env:
-            proc = await env.start(
-                ["sh", "-c", "stty size; read x; echo got:$x; sleep 30"], cwd="/tmp", tty=True
-            )
+            script = f'stty size; read x; echo got:$x; exec python3 -c "{WAITER}"'
+            proc = await env.start(["sh", "-c", script], cwd="/tmp", tty=True)
             output = proc.output()
             seen = b""
             while b"24 80" not in seen:
                 seen += (await anext(output)).data
             await proc.write(b"typed\n")
-            while b"got:typed" not in seen:
+            while b"got:typed" not in seen or b"ready" not in seen:
                 chunk = await anext(output)
                 assert chunk.stream == "pty"
                 seen += chunk.data
