@@ -35,7 +35,7 @@ from executor.sandbox.profiles import (
 )
 from executor.sandbox.purpose import Purpose
 from executor.sandbox.rules import RuleSet
-from executor.spawn.spawner import native_launcher
+from executor.spawn.spawner import native_launcher, native_spec_version
 
 __all__ = [
     "backends",
@@ -349,6 +349,7 @@ def doctor(args: argparse.Namespace) -> int:
     cannot be enforced or does not load (named on stderr; the report is complete)."""
     host = HostInfo.current()
     launcher = native_launcher()
+    spec_version = native_spec_version()
     manager = _manager()
     details = {
         backend.name: {key: str(value) for key, value in sorted(status.details.items())}
@@ -378,6 +379,8 @@ def doctor(args: argparse.Namespace) -> int:
                 "launcher": {
                     "kind": "native" if launcher is not None else "python",
                     "path": None if launcher is None else str(launcher),
+                    "sandbox": "native" if spec_version else "python",
+                    "sandbox_spec": spec_version or None,
                 },
                 "backends": details,
                 "default_limits": limits_json(default_limits()),
@@ -395,6 +398,12 @@ def doctor(args: argparse.Namespace) -> int:
         if launcher is not None
         else "launcher: python (the native launcher is not built or is turned off; "
         "commands start ~1.5 ms slower)"
+    )
+    print(
+        f"sandbox layers applied by: native launcher (sandbox spec {spec_version})"
+        if spec_version
+        else "sandbox layers applied by: python launcher (EXECUTOR_SANDBOX_LAUNCH=python, or "
+        "the native launcher is not built or predates sandbox specs)"
     )
     for name, values in details.items():
         for key, value in values.items():

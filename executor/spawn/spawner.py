@@ -136,6 +136,17 @@ def _usage(program: str) -> bytes | None:
     return None
 
 
+def native_spec_version() -> int:
+    """The version of the sandbox specs the native launcher applies, 0 when sandboxed
+    commands go to the Python launcher (not built, predates specs, or
+    ``EXECUTOR_SANDBOX_LAUNCH=python``)."""
+    native = native_launcher()
+    if native is None or sandbox_launch_mode() != "native":
+        return 0
+    found = _SANDBOX_SPEC.search(_usage(str(native)) or b"")
+    return int(found.group(1)) if found else 0
+
+
 def sandbox_launch_mode() -> str:
     """``"native"`` or ``"python"``: where sandboxed commands with a native setup go, as
     ``EXECUTOR_SANDBOX_LAUNCH`` asks (default ``native``: when that launcher is available)."""
@@ -269,10 +280,7 @@ class Spawner:
         native = native_launcher()
         self._native = _Server([str(native)]) if native is not None else None
         #: The spec version the native launcher applies (0: none, or not to be used).
-        self._spec_version = 0
-        if native is not None and sandbox_launch_mode() == "native":
-            found = _SANDBOX_SPEC.search(_usage(str(native)) or b"")
-            self._spec_version = int(found.group(1)) if found else 0
+        self._spec_version = native_spec_version()
 
     @property
     def supervisor(self) -> str:

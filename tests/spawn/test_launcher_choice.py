@@ -7,14 +7,16 @@ default; here the fallback gets the essentials through a real daemon.
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from executor.spawn import spawner as spawner_module
-from executor.spawn.spawner import native_launcher
+from executor.spawn.spawner import native_launcher, native_spec_version
 from tests.support.client import WsClient, output_of
 from tests.support.daemon import RunningDaemon, executor_command
 from tests.support.processes import gone, pid_from_first_output
@@ -99,3 +101,37 @@ def test_a_launcher_that_cannot_run_here_is_not_used(
         assert fallback.supervisor == "python"
     finally:
         fallback.close()
+
+
+@pytest.mark.parametrize("setting", ["", "python"])
+def test_doctor_names_the_launcher_that_applies_the_sandbox(setting: str) -> None:
+    """`doctor` (text and --json) says which launcher applies the sandbox layers, as the
+    daemon would choose it: the native one where it is built, unless told otherwise."""
+    env = {"EXECUTOR_SANDBOX_LAUNCH": setting, "PATH": "/usr/bin:/bin"}
+    text = subprocess.run(
+        [*executor_command(), "doctor"], capture_output=True, text=True, env=env, check=False
+    ).stdout
+    report = json.loads(
+        subprocess.run(
+            [*executor_command(), "doctor", "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        ).stdout
+    )
+    line = next(line for line in text.splitlines() if line.startswith("sandbox layers"))
+    native = setting == "" and native_spec_version() > 0
+    if native:
+        assert (
+            line
+            == f"sandbox layers applied by: native launcher (sandbox spec {native_spec_version()})"
+        )
+        assert report["launcher"]["sandbox"] == "native"
+        assert report["launcher"]["sandbox_spec"] == native_spec_version()
+    else:
+        assert line.startswith("sandbox layers applied by: python launcher")
+        assert report["launcher"]["sandbox"] == "python"
+        assert report["launcher"]["sandbox_spec"] is None
+    if sys.platform.startswith("linux") and native_launcher() is not None and setting == "":
+        assert native  # built here: the default path is the native one
