@@ -1102,15 +1102,12 @@ struct text {
     size_t used;
 };
 
-static void text_add(struct text *text, const char *format, ...) {
+static void text_vadd(struct text *text, const char *format, va_list args) {
     if (text->used >= sizeof text->buffer - 1) {
         return;
     }
-    va_list args;
-    va_start(args, format);
     int length =
         vsnprintf(text->buffer + text->used, sizeof text->buffer - text->used, format, args);
-    va_end(args);
     if (length > 0) {
         text->used += (size_t)length;
         if (text->used > sizeof text->buffer - 1) {
@@ -1119,25 +1116,22 @@ static void text_add(struct text *text, const char *format, ...) {
     }
 }
 
+static void text_add(struct text *text, const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    text_vadd(text, format, args);
+    va_end(args);
+}
+
 /* One more item of a list joined by `separator`. */
 static void text_item(struct text *text, const char *separator, const char *format, ...) {
     if (text->used) {
         text_add(text, "%s", separator);
     }
-    if (text->used >= sizeof text->buffer - 1) {
-        return;
-    }
     va_list args;
     va_start(args, format);
-    int length =
-        vsnprintf(text->buffer + text->used, sizeof text->buffer - text->used, format, args);
+    text_vadd(text, format, args);
     va_end(args);
-    if (length > 0) {
-        text->used += (size_t)length;
-        if (text->used > sizeof text->buffer - 1) {
-            text->used = sizeof text->buffer - 1;
-        }
-    }
 }
 
 #define PROBLEM(...) text_item(problems, "; ", __VA_ARGS__)
