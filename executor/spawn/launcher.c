@@ -69,18 +69,7 @@ static void report(int fd, const char *format, ...) {
         length = (int)sizeof line - 1;
         line[length - 1] = '\n';
     }
-    const char *cursor = line;
-    while (length > 0) {
-        ssize_t written = write(fd, cursor, (size_t)length);
-        if (written < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return;
-        }
-        cursor += written;
-        length -= (int)written;
-    }
+    write_all(fd, line, (size_t)length);
 }
 
 /* One process as /proc/<pid>/stat shows it. */

@@ -317,7 +317,7 @@ bad:
 
 static int error_pipe = -1;
 
-static void write_all(int fd, const char *text, size_t size) {
+void write_all(int fd, const char *text, size_t size) {
     while (size > 0) {
         ssize_t written = write(fd, text, size);
         if (written < 0) {

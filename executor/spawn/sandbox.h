@@ -78,6 +78,10 @@ int sandbox_decode(const unsigned char *data, size_t size, struct sandbox *out, 
 /* Release what sandbox_decode allocated. */
 void sandbox_free(struct sandbox *sandbox);
 
+/* Write all of `text` to `fd`, retrying after signals; gives up silently on an error (the
+ * reader is gone). Used by the launcher's status lines too. */
+void write_all(int fd, const char *text, size_t size);
+
 /* In the freshly forked child, with stdio at 0..2 and `error_fd` the only other descriptor:
  * apply the layers, verify them, run the command. Never returns; failures are written to
  * `error_fd` as "<stage> <errno> <detail>\n", observations as "+<observed>\n". */
