@@ -20,6 +20,7 @@ from executor.client.environment import Environment, connect
 from executor.client.errors import (
     ClientError,
     HttpBodyError,
+    MessageTooLarge,
     OutcomeUnknown,
     ProcessLost,
     ServerError,
@@ -39,6 +40,7 @@ __all__ = [
     "Http",
     "HttpBodyError",
     "HttpResponse",
+    "MessageTooLarge",
     "Metadata",
     "OutcomeUnknown",
     "OutputChunk",

@@ -13,10 +13,16 @@ from executor.client.http import Http
 from executor.client.paths import path_uri, sandbox_params
 from executor.client.process import Process, RunResult
 from executor.client.recovery import Link
-from executor.client.transport import connector_for
+from executor.client.transport import DEFAULT_MAX_MESSAGE_BYTES, connector_for
 from executor.protocol import methods
 
-__all__ = ["DEFAULT_OUTPUT_BUFFER_BYTES", "DEFAULT_RECOVERY_DEADLINE", "Environment", "connect"]
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_OUTPUT_BUFFER_BYTES",
+    "DEFAULT_RECOVERY_DEADLINE",
+    "Environment",
+    "connect",
+]
 
 #: How long a dropped connection may take to come back before the session fails (the
 #: reference's value; a server keeps a detached session for 80 s).
@@ -24,6 +30,8 @@ DEFAULT_RECOVERY_DEADLINE = 25.0
 
 #: Unread output kept in memory per process. Past it, chunks are not kept but fetched again
 #: from the server's retention (1 MiB per process by default) once the reader catches up.
+#: The two do not add up to a lag a reader may safely have: a process that goes on writing
+#: has usually replaced the chunks let go by the time they are fetched (``ProcessLost``).
 DEFAULT_OUTPUT_BUFFER_BYTES = 16 << 20
 
 #: Requests that change nothing, so one cut off by a dropped connection is simply sent
@@ -237,7 +245,12 @@ class _Connecting:
             stdio = not isinstance(self._url, str) or self._url.startswith("stdio:")
             timeout = 30.0 if stdio else 10.0
         options["initialize_timeout"] = timeout
-        connector = connector_for(self._url, token=options.pop("token"), open_timeout=timeout)
+        connector = connector_for(
+            self._url,
+            token=options.pop("token"),
+            open_timeout=timeout,
+            max_message_bytes=options.pop("max_message_bytes"),
+        )
         resume = options.pop("resume_session_id")
         link = Link(connector, **options)
         await link.open(resume=resume)
@@ -269,6 +282,7 @@ def connect(
     connect_timeout: float | None = None,
     resume_session_id: str | None = None,
     output_buffer_bytes: int | None = DEFAULT_OUTPUT_BUFFER_BYTES,
+    max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> _Connecting:
     """Connect to an executor.
 
@@ -282,10 +296,16 @@ def connect(
     ``output_buffer_bytes``: the unread output of each process kept in memory; past it,
     output is fetched again from the server's retention when the reader catches up, and a
     process whose output the server no longer has fails alone (``ProcessLost``). ``None``:
-    no bound.
+    no bound. ``max_message_bytes``: the largest message accepted from the server (384 MiB
+    by default: a daemon's largest default answer, a 256 MiB ``fs/readFile``, is about
+    342 MiB in base64); a larger one closes the connection and fails the calls waiting on
+    it with ``MessageTooLarge``. ``None``: no bound (a hostile server can then make the
+    client allocate without one).
     """
     if output_buffer_bytes is not None and output_buffer_bytes < 1:
         raise ClientError("output_buffer_bytes must be positive (or None: no bound)")
+    if max_message_bytes is not None and max_message_bytes < 1:
+        raise ClientError("max_message_bytes must be positive (or None: no bound)")
     return _Connecting(
         url,
         {
@@ -295,5 +315,6 @@ def connect(
             "client_name": client_name,
             "recovery_deadline": recovery_deadline,
             "output_buffer_bytes": output_buffer_bytes,
+            "max_message_bytes": max_message_bytes,
         },
     )

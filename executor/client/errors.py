@@ -6,6 +6,7 @@ __all__ = [
     "ClientError",
     "ConnectionLost",
     "HttpBodyError",
+    "MessageTooLarge",
     "OutcomeUnknown",
     "ProcessLost",
     "ServerError",
@@ -35,10 +36,36 @@ class ConnectionLost(ClientError):
     """The connection closed under a request. Internal to one connection generation: the
     environment turns it into a retry, an ``OutcomeUnknown`` or a ``SessionFailed``."""
 
-    def __init__(self, message: str = "connection closed", *, sent: bool = True) -> None:
+    def __init__(
+        self,
+        message: str = "connection closed",
+        *,
+        sent: bool = True,
+        cause: ClientError | None = None,
+    ) -> None:
         super().__init__(message)
         #: Whether the request had been handed to the transport (if not, it never ran).
         self.sent = sent
+        #: Why the connection was closed, when sending the request again would only meet
+        #: it again (``MessageTooLarge``): a read-only call raises it instead of a retry.
+        self.cause = cause
+
+
+class MessageTooLarge(ClientError):
+    """The executor sent a message larger than the client accepts (``max_message_bytes``
+    of ``connect``). The client closed that connection: every call waiting on it fails
+    (one that changes something with ``OutcomeUnknown``) and the session is resumed on a
+    new one, as after any drop."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the executor sent a message larger than this client accepts "
+            f"(max_message_bytes={limit}); the connection was closed, and the calls waiting "
+            f"on it fail. Raise the bound with connect(..., max_message_bytes=N) (None: no "
+            f"bound), or read a large file with fs.read_stream"
+        )
+        #: The bound that was exceeded, in bytes.
+        self.limit = limit
 
 
 class OutcomeUnknown(ClientError):

@@ -220,7 +220,9 @@ class FileSystem:
                         params["sandbox"] = context
                     try:
                         await rpc.call(methods.FS_OPEN, params)
-                    except ConnectionLost:
+                    except ConnectionLost as exc:
+                        if exc.cause is not None:
+                            raise exc.cause from None
                         continue
                     opened = (rpc, handle)
                 try:
@@ -228,7 +230,9 @@ class FileSystem:
                         methods.FS_READ_BLOCK,
                         {"handleId": opened[1], "offset": offset, "len": block_size},
                     )
-                except ConnectionLost:
+                except ConnectionLost as exc:
+                    if exc.cause is not None:
+                        raise exc.cause from None  # a retry would meet it again
                     continue
                 data = b64codec.decode(block["chunk"])
                 if data:

@@ -124,6 +124,10 @@ class Link:
         """The first connection (not retried: an error here is the caller's)."""
         try:
             rpc = await self._handshake(resume)
+        except ConnectionLost as exc:
+            if exc.cause is not None:
+                raise exc.cause from None
+            raise
         except ClientError:
             raise
         except Exception as exc:
@@ -188,7 +192,10 @@ class Link:
                 return await rpc.call(method, params)
             except ConnectionLost as exc:
                 if exc.sent and not idempotent:
-                    raise OutcomeUnknown(method, exc.args[0]) from exc
+                    raise OutcomeUnknown(method, exc.args[0]) from (exc.cause or exc)
+                if exc.cause is not None:
+                    # Sent again, the same answer would close the next connection too.
+                    raise exc.cause from None
 
     async def start_process(
         self, process_id: str, params: dict[str, Any]

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from executor.client.errors import ClientError, ConnectionLost, ServerError
+from executor.client.errors import ClientError, ConnectionLost, MessageTooLarge, ServerError
 from executor.client.transport import Transport
 
 __all__ = ["RpcConnection"]
@@ -115,6 +115,7 @@ class RpcConnection:
 
     async def _read(self) -> None:
         reason = "connection closed"
+        too_large: MessageTooLarge | None = None
         try:
             while True:
                 message = await self._transport.receive()
@@ -124,10 +125,12 @@ class RpcConnection:
         except asyncio.CancelledError:
             reason = "connection closed by the client"
             raise
+        except MessageTooLarge as exc:
+            reason, too_large = str(exc), exc
         except (ClientError, OSError, ValueError) as exc:
             reason = f"connection failed: {exc}"
         finally:
-            self._end(reason)
+            self._end(reason, too_large)
             # Release the socket or pipes now; the owner decides what the loss means.
             with contextlib.suppress(Exception):
                 await self._transport.close()
@@ -154,11 +157,15 @@ class RpcConnection:
         else:
             future.set_result(message.get("result"))
 
-    def _end(self, reason: str) -> None:
+    def _end(self, reason: str, too_large: MessageTooLarge | None = None) -> None:
         if self._closed_reason is not None:
             return
         self._closed_reason = reason
         for future in self._pending.values():
             if not future.done():
-                future.set_exception(ConnectionLost(reason))
+                # Which call the oversized message answered is unknown (its payload was
+                # never read): every call waiting fails with it, each with an error of
+                # its own (an exception raised in several tasks would share a traceback).
+                cause = None if too_large is None else MessageTooLarge(too_large.limit)
+                future.set_exception(ConnectionLost(reason, cause=cause))
         self._on_closed(self, reason)

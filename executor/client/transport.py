@@ -15,12 +15,14 @@ from typing import Any, Protocol
 
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus, PayloadTooBig
+from websockets.frames import CloseCode
 
-from executor.client.errors import ClientError, ConnectionLost
+from executor.client.errors import ClientError, ConnectionLost, MessageTooLarge
 from executor.protocol import jsonrpc
 
 __all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
     "Connector",
     "StdioConnector",
     "Transport",
@@ -29,9 +31,14 @@ __all__ = [
     "is_permanent_connect_error",
 ]
 
-#: Longest line read from a stdio server (its replies are not limited by the protocol; an
-#: ``fs/readFile`` of a large file is one line).
-MAX_STDIO_LINE = 1 << 30
+#: Largest message accepted from a server, WebSocket message or stdio line. The protocol
+#: sets none, but a client that accepts any size lets a hostile server make it allocate
+#: without bound. The largest answers a daemon gives by default are a 256 MiB
+#: ``fs/readFile`` or buffered ``http/request`` body, base64: about 342 MiB.
+DEFAULT_MAX_MESSAGE_BYTES = 384 << 20
+
+#: A stdio reader's bound when the caller wants none (asyncio's reader needs a number).
+_UNBOUNDED_LINE = 1 << 62
 
 
 class Transport(Protocol):
@@ -76,8 +83,9 @@ def _decode(raw: str | bytes) -> dict[str, Any]:
 class WebSocketTransport:
     """A ``Transport`` over an open ``websockets`` client connection."""
 
-    def __init__(self, ws: ClientConnection) -> None:
+    def __init__(self, ws: ClientConnection, max_message_bytes: int | None) -> None:
         self._ws = ws
+        self._max_message_bytes = max_message_bytes
         self._closing: asyncio.Future[None] | None = None
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -90,7 +98,9 @@ class WebSocketTransport:
         try:
             # Bytes, not text: the parser takes UTF-8 as it came (and checks it).
             raw = await self._ws.recv(decode=False)
-        except ConnectionClosed:
+        except ConnectionClosed as exc:
+            if self._max_message_bytes is not None and _refused_as_too_big(exc):
+                raise MessageTooLarge(self._max_message_bytes) from None
             return None
         return _decode(raw)
 
@@ -108,6 +118,15 @@ class WebSocketTransport:
         await self._ws.wait_closed()
 
 
+def _refused_as_too_big(exc: ConnectionClosed) -> bool:
+    """Whether this client closed the connection because a message exceeded its bound
+    (websockets announces the size first and reads none of the payload)."""
+    if isinstance(exc.__cause__, PayloadTooBig):
+        return True
+    sent = exc.sent
+    return sent is not None and sent.code == CloseCode.MESSAGE_TOO_BIG and not exc.rcvd_then_sent
+
+
 class WebSocketConnector:
     """``ws://`` or ``wss://`` URLs, with an optional bearer token."""
 
@@ -122,8 +141,10 @@ class WebSocketConnector:
         ping_interval: float | None = 10.0,
         ping_timeout: float | None = 10.0,
         close_timeout: float = 2.0,
+        max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self.url = url
+        self.max_message_bytes = max_message_bytes
         self._headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
         self._open_timeout = open_timeout
         self._ping_interval = ping_interval
@@ -135,8 +156,9 @@ class WebSocketConnector:
             self.url,
             additional_headers=self._headers,
             # The server refuses any upgrade carrying an Origin (a browser guard); none is
-            # sent. Replies are not size-limited by the protocol (fs/readFile of a big file).
-            max_size=None,
+            # sent. The bound is checked on each frame's announced length, before its
+            # payload is read.
+            max_size=self.max_message_bytes,
             compression=None,
             # Straight to the executor, as the URL says: not through an environment proxy.
             proxy=None,
@@ -146,14 +168,15 @@ class WebSocketConnector:
             close_timeout=self._close_timeout,
             user_agent_header="executor-client",
         )
-        return WebSocketTransport(ws)
+        return WebSocketTransport(ws, self.max_message_bytes)
 
 
 class StdioTransport:
     """A ``Transport`` over a child process speaking newline-delimited JSON."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, max_message_bytes: int | None) -> None:
         self._process = process
+        self._max_message_bytes = max_message_bytes
         self._closed = False
         self._closing: asyncio.Future[None] | None = None
 
@@ -175,7 +198,9 @@ class StdioTransport:
                 line = await stdout.readuntil(b"\n")
             except asyncio.IncompleteReadError:
                 return None
-            except (asyncio.LimitOverrunError, ValueError) as exc:
+            except asyncio.LimitOverrunError as exc:
+                if self._max_message_bytes is not None:
+                    raise MessageTooLarge(self._max_message_bytes) from None
                 raise ClientError(f"the stdio server sent an overlong line: {exc}") from exc
             if line.strip():
                 return _decode(line)
@@ -207,10 +232,13 @@ class StdioConnector:
 
     resumable = False
 
-    def __init__(self, argv: Sequence[str]) -> None:
+    def __init__(
+        self, argv: Sequence[str], *, max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES
+    ) -> None:
         if not argv:
             raise ClientError("stdio: needs a command, e.g. stdio:executor serve --listen stdio")
         self.argv = list(argv)
+        self.max_message_bytes = max_message_bytes
 
     async def open(self) -> Transport:
         process = await asyncio.create_subprocess_exec(
@@ -218,9 +246,11 @@ class StdioConnector:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             # stderr stays ours: the server's logs, and ssh's prompts, reach the user.
-            limit=MAX_STDIO_LINE,
+            # A line longer than this (its newline not counted) is refused, and at most
+            # about twice this much is buffered while looking for the newline.
+            limit=_UNBOUNDED_LINE if self.max_message_bytes is None else self.max_message_bytes,
         )
-        return StdioTransport(process)
+        return StdioTransport(process, self.max_message_bytes)
 
 
 def connector_for(
@@ -228,17 +258,22 @@ def connector_for(
     *,
     token: str | None = None,
     open_timeout: float = 10.0,
+    max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> Connector:
     """The connector for ``url``: ``ws://``/``wss://`` URLs, ``stdio:CMD ARG...`` (split as a
-    shell would, without running a shell), or an argv list for stdio."""
+    shell would, without running a shell), or an argv list for stdio. ``max_message_bytes``:
+    the largest message accepted from the server (``None``: no bound)."""
     if not isinstance(url, str):
-        return StdioConnector(list(url))
+        return StdioConnector(list(url), max_message_bytes=max_message_bytes)
     if url.startswith(("ws://", "wss://")):
-        return WebSocketConnector(url, token=token, open_timeout=open_timeout)
+        return WebSocketConnector(
+            url, token=token, open_timeout=open_timeout, max_message_bytes=max_message_bytes
+        )
     if url.startswith("stdio:"):
         if token is not None:
             raise ClientError("a token is for WebSocket connections; stdio has none")
-        return StdioConnector(shlex.split(url.removeprefix("stdio:").removeprefix("//")))
+        argv = shlex.split(url.removeprefix("stdio:").removeprefix("//"))
+        return StdioConnector(argv, max_message_bytes=max_message_bytes)
     raise ClientError(f"unsupported executor URL {url!r}: expected ws://HOST:PORT or stdio:CMD")
 
 
