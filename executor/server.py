@@ -30,6 +30,11 @@ from executor.session import Session, SessionRegistry
 __all__ = ["Connection", "ConnectionHost", "MessageTransport"]
 
 _READY = Phase.READY
+# The request path's module attributes, bound once (each request looks them up).
+_parse = jsonrpc.parse
+_Request = jsonrpc.Request
+_Spliced = jsonrpc.Spliced
+_encode_result = jsonrpc.encode_result
 
 log = logging.getLogger("executor.connection")
 #: Refused requests and bad messages of every connection, on the audit logger: a burst per
@@ -110,8 +115,8 @@ class Connection:
         """Handle one complete inbound message."""
         if self._closed:
             return
-        message = jsonrpc.parse(data)
-        if type(message) is jsonrpc.Request:
+        message = _parse(data)
+        if type(message) is _Request:
             route = self._routes.get(message.method)
             # Fast path for the commonest requests (liveness probes, environment/info):
             # a synchronous method without params on a ready connection is answered here,
@@ -121,17 +126,17 @@ class Connection:
                 and route.params is None
                 and not route.is_async
                 and self.handshake.phase is _READY
-                and (message.params is None or message.params == {})
+                and ((params := message.params) is None or params == {})
             ):
                 try:
                     result = route.handler(self, None)
                 except Exception as exc:
                     self._failed(message, exc)
                     return
-                if type(result) is Reply or type(result) is jsonrpc.Spliced:
+                if type(result) is Reply or type(result) is _Spliced:
                     self._respond(message, result)
                 elif not self._closed:
-                    self.transport.send_message(jsonrpc.encode_result(message.id, result))
+                    self.transport.send_message(_encode_result(message.id, result))
                 return
             self._request(message)
         elif type(message) is jsonrpc.Notification:
@@ -173,7 +178,7 @@ class Connection:
                 params: Any = None
             else:
                 params = decode(params_type, request.params)
-            if route is not None and self.handshake.phase is not Phase.READY:
+            if route is not None and self.handshake.phase is not _READY:
                 self.handshake.check_method(request.method)
             if route is None or not route.is_async:
                 self._respond(request, handler(self, params))

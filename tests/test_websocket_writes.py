@@ -129,3 +129,94 @@ def test_without_a_descriptor_to_spare_the_transport_buffers_it(
         assert messages == [b"[" + answer + b"]", b'"after"']
 
     run(test)
+
+
+class _Transport:
+    """What ``SocketWriter`` uses of a transport, recording it."""
+
+    def __init__(self, buffered: int = 0) -> None:
+        self.buffered = buffered
+        self.written: list[bytes] = []
+        self.closed = False
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+    def write(self, data: bytes) -> None:
+        self.written.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+
+def test_one_buffer_writes_keep_order_and_flow_control_when_the_socket_is_full() -> None:
+    """``write_bytes`` (the answer path): what the socket does not take waits, in order, with
+    the same pause and resume as ``write``; the transport is closed once all of it is out."""
+
+    async def test() -> None:
+        ours, peer = socket.socketpair()
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        ours.setblocking(False)
+        peer.setblocking(False)
+        flow: list[str] = []
+        transport = _Transport()
+        writer = writes.SocketWriter(
+            asyncio.get_running_loop(),
+            ours.fileno(),
+            transport,  # type: ignore[arg-type]
+            high_water=64 * 1024,
+            paused=lambda: flow.append("paused"),
+            resumed=lambda: flow.append("resumed"),
+        )
+        chunks = [os.urandom(size) for size in (100_000, 10, 50_000, 1)]
+        for chunk in chunks:
+            writer.write_bytes(chunk)
+        assert writer.pending
+        assert flow == ["paused"]
+        writer.close_when_written()
+        assert not transport.closed
+        received = bytearray()
+        while len(received) < sum(map(len, chunks)):
+            await asyncio.sleep(0.001)
+            try:
+                received += peer.recv(1 << 20)
+            except BlockingIOError:
+                pass
+        await asyncio.sleep(0.01)
+        assert bytes(received) == b"".join(chunks)
+        assert flow == ["paused", "resumed"]
+        assert (transport.closed, writer.pending) == (True, False)
+        assert transport.written == []
+        ours.close()
+        peer.close()
+
+    run(test)
+
+
+def test_while_the_transport_holds_bytes_it_writes_the_rest_too() -> None:
+    """The upgrade response still in the transport's buffer: answers go after it, through it."""
+
+    async def test() -> None:
+        ours, peer = socket.socketpair()
+        transport = _Transport(buffered=10)
+        writer = writes.SocketWriter(
+            asyncio.get_running_loop(),
+            ours.fileno(),
+            transport,  # type: ignore[arg-type]
+            high_water=MiB,
+            paused=lambda: None,
+            resumed=lambda: None,
+        )
+        writer.write_bytes(b"one")
+        writer.write([b"two", b"three"])
+        assert transport.written == [b"one", b"twothree"]
+        transport.buffered = 0
+        writer.write_bytes(b"four")
+        assert peer.recv(100) == b"four"
+        ours.close()
+        peer.close()
+
+    run(test)

@@ -103,6 +103,9 @@ try:  # pragma: no cover - exercised in whichever environment is installed
             raise ValueError(str(exc)) from None
 
     _DECODE_ERRORS: tuple[type[Exception], ...] = (orjson.JSONDecodeError, RecursionError)
+    #: ``encode_result`` tries orjson itself first (one call less per answer), then ``dumps``.
+    _dumps_first: Callable[[Any], bytes] = orjson.dumps
+    _ENCODE_ERRORS: tuple[type[Exception], ...] = (orjson.JSONEncodeError,)
 
     def base64_value(data: bytes) -> Any:
         """``data`` as a base64 JSON string, pre-encoded so ``dumps`` copies it unscanned.
@@ -154,6 +157,8 @@ except ImportError:  # pragma: no cover
             raise ValueError(str(exc)) from None
 
     _DECODE_ERRORS = (ValueError, RecursionError)
+    _dumps_first = dumps
+    _ENCODE_ERRORS = ()
 
     def base64_value(data: bytes) -> Any:
         """``data`` as a base64 JSON string."""
@@ -345,7 +350,10 @@ def encode_result_parts(
 
 def encode_result(request_id: RequestId, result: Any) -> bytes:
     """Encode a success response."""
-    return dumps({"id": request_id, "result": result})
+    try:
+        return _dumps_first({"id": request_id, "result": result})
+    except _ENCODE_ERRORS:  # text that is not Unicode: see ``dumps``
+        return dumps({"id": request_id, "result": result})
 
 
 def encode_error(request_id: RequestId, code: int, message: str) -> bytes:

@@ -95,6 +95,11 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
+# Bound once: an enum member looked up on its class costs ~0.14 µs in Python 3.11 (the
+# metaclass's attribute lookup), and each message compares the state a few times.
+_HTTP, _OPEN, _CLOSING, _CLOSED = _State.HTTP, _State.OPEN, _State.CLOSING, _State.CLOSED
+
+
 class WebSocketProtocol(asyncio.Protocol):
     """One TCP connection: HTTP head first, then WebSocket frames."""
 
@@ -112,7 +117,7 @@ class WebSocketProtocol(asyncio.Protocol):
         self._fd = -1
         self._loop = asyncio.get_running_loop()
         self._head = bytearray()
-        self._state = _State.HTTP
+        self._state = _HTTP
         self._reader = FrameReader(
             max_frame=options.max_frame_bytes, max_message=options.max_message_bytes
         )
@@ -153,7 +158,8 @@ class WebSocketProtocol(asyncio.Protocol):
         self._arm(self._options.handshake_timeout, self._abort)
 
     def data_received(self, data: bytes) -> None:
-        if self._state is _State.OPEN or self._state is _State.CLOSING:
+        state = self._state
+        if state is _OPEN or state is _CLOSING:
             # What this read produces is answered at its end, in one write, instead of one
             # loop iteration later (pipelined clients get their batch back sooner); marked
             # as scheduled meanwhile, so that no flush is scheduled for a later iteration.
@@ -161,15 +167,18 @@ class WebSocketProtocol(asyncio.Protocol):
             try:
                 self._receive_frames(data)
             finally:
-                self._flush()
-        elif self._state is _State.HTTP:
+                if self._outbox:
+                    self._flush()
+                else:
+                    self._flush_scheduled = False
+        elif state is _HTTP:
             self._receive_head(data)
 
     def eof_received(self) -> bool | None:
         return None  # the peer is gone: let the transport close
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._state = _State.CLOSED
+        self._state = _CLOSED
         if self._writer is not None:
             self._writer.stop()
             self._writer = None
@@ -194,7 +203,7 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def send_message(self, data: bytes) -> None:
         """Queue one text message; it is written at the end of this loop iteration."""
-        if self._state is not _State.OPEN:
+        if self._state is not _OPEN:
             return
         size = len(data)
         if size >= 126:
@@ -210,7 +219,7 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def send_message_parts(self, parts: list[bytes | bytearray | memoryview]) -> None:
         """Queue one text message given as parts (large answers are not joined first)."""
-        if self._state is not _State.OPEN:
+        if self._state is not _OPEN:
             return
         size = 0
         for part in parts:
@@ -227,11 +236,11 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def close(self, code: int = 1000, reason: str = "") -> None:
         """Start the closing handshake; the TCP connection ends after ``close_timeout``."""
-        if self._state is not _State.OPEN:
-            if self._state is _State.HTTP:
+        if self._state is not _OPEN:
+            if self._state is _HTTP:
                 self._abort()
             return
-        self._state = _State.CLOSING
+        self._state = _CLOSING
         self._queue(CLOSE, close_payload(code, reason))
         self._flush()
         self._arm(self._options.close_timeout, self._abort)
@@ -280,7 +289,7 @@ class WebSocketProtocol(asyncio.Protocol):
         payload = response.encode()
         if head_only and response.body:
             payload = payload[: len(payload) - len(response.body)]
-        self._state = _State.CLOSED
+        self._state = _CLOSED
         self._transport.write(payload)
         self._transport.close()
         self._cancel_timer()
@@ -310,7 +319,7 @@ class WebSocketProtocol(asyncio.Protocol):
     def _accept(self, upgrade: handshake.Upgrade, rest: bytes) -> None:
         assert self._transport is not None
         self._transport.write(upgrade.encode())
-        self._state = _State.OPEN
+        self._state = _OPEN
         self._connection = self._make_connection(self)
         self._cancel_timer()
         self._schedule_ping(self._options.ping_interval)
@@ -322,11 +331,17 @@ class WebSocketProtocol(asyncio.Protocol):
     def _receive_frames(self, data: bytes) -> None:
         try:
             events = self._reader.feed(data)
+            # The commonest read, one message (a request), straight to the connection.
+            if len(events) == 1 and type(event := events[0]) is Message:
+                connection = self._connection
+                if self._state is _OPEN and connection is not None:
+                    connection.message_received(event.data)
+                return
         except FrameError as exc:
             # The frames before the bad one are valid, whether they came in an earlier read
             # or in this one: handle them (their answers go out before our close frame).
             self._handle(exc.events)
-            if self._state is not _State.CLOSED:  # not already closed by a Close among them
+            if self._state is not _CLOSED:  # not already closed by a Close among them
                 self._refusals.refused(
                     f"protocol {exc.code}",
                     logging.INFO,
@@ -342,10 +357,10 @@ class WebSocketProtocol(asyncio.Protocol):
         for event in events:
             if type(event) is Message:
                 # Data after our close frame is discarded (RFC 6455 §1.4).
-                if self._state is _State.OPEN and self._connection is not None:
+                if self._state is _OPEN and self._connection is not None:
                     self._connection.message_received(event.data)
             elif type(event) is Ping:
-                if self._state is _State.OPEN:
+                if self._state is _OPEN:
                     self._queue(PONG, event.payload)
             elif type(event) is Pong:
                 self._on_pong()
@@ -360,22 +375,22 @@ class WebSocketProtocol(asyncio.Protocol):
             self._schedule_ping(self._options.ping_interval)
 
     def _on_close(self, frame: Close) -> None:
-        if self._state is _State.OPEN:
+        if self._state is _OPEN:
             # Echo the peer's code (RFC 6455 §5.5.1), then end TCP once it is written.
-            self._state = _State.CLOSING
+            self._state = _CLOSING
             payload = b"" if frame.code is None else close_payload(frame.code)
             self._queue(CLOSE, payload)
             self._flush()
-        self._state = _State.CLOSED
+        self._state = _CLOSED
         self._close_transport()
         self._cancel_timer()
 
     def _fail(self, code: int, reason: str) -> None:
         """Fail the connection (RFC 6455 §7.1.7): send our close frame, then end TCP at once."""
-        if self._state is _State.OPEN:
+        if self._state is _OPEN:
             self._queue(CLOSE, close_payload(code, reason))
             self._flush()
-        self._state = _State.CLOSED
+        self._state = _CLOSED
         self._cancel_timer()
         self._close_transport()  # written data is still flushed before the socket closes
 
@@ -399,19 +414,21 @@ class WebSocketProtocol(asyncio.Protocol):
             outbox.clear()
             self._outbox_large = False
             return
-        if self._outbox_large:  # large payloads are written as they are, not joined
-            parts = coalesce(outbox)
-            self._outbox_large = False
-        else:
-            parts = [b"".join(outbox)]
-        outbox.clear()
         writer = self._writer
-        if writer is not None and (writer.pending or not transport.get_write_buffer_size()):
+        if writer is None:  # no socket of our own: the transport writes (and buffers)
+            data = b"".join(outbox)
+            outbox.clear()
+            self._outbox_large = False
+            transport.write(data)
+        elif self._outbox_large:  # large payloads are written as they are, not joined
+            parts = coalesce(outbox)
+            outbox.clear()
+            self._outbox_large = False
             writer.write(parts)  # uncopied, whatever the socket does not take at once
         else:
-            # No socket of our own, or the transport still holds something (the upgrade
-            # response): the transport writes (and buffers) in order.
-            transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+            data = b"".join(outbox)
+            outbox.clear()
+            writer.write_bytes(data)
 
     def _close_transport(self) -> None:
         """Close the transport once everything queued is written."""
@@ -438,7 +455,7 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def _ping(self) -> None:
         """Keepalive: a dead peer is noticed after ``ping_interval + ping_timeout`` at most."""
-        if self._state is not _State.OPEN:
+        if self._state is not _OPEN:
             return
         if self._awaiting_pong:
             log.info(
@@ -456,7 +473,7 @@ class WebSocketProtocol(asyncio.Protocol):
         self._cancel_timer()
         if self._keepalive is not None:
             self._keepalive.cancel()
-        self._state = _State.CLOSED
+        self._state = _CLOSED
         if self._transport is not None:
             self._transport.abort()
 

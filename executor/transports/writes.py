@@ -69,11 +69,37 @@ class SocketWriter:
         if self._pending:
             self._enqueue(parts)
             return
+        if self._transport.get_write_buffer_size():
+            # The transport still holds bytes (the upgrade response, or what it took when
+            # no descriptor was left to watch): it writes, and buffers, in order.
+            self._transport.write(b"".join(parts))
+            return
         sent = _writev(self._fd, parts)
         if sent < 0:
             self._failed()
         elif len(parts) > 1 or sent < len(parts[0]):  # else all of it went out
             self._enqueue(parts, sent)
+
+    def write_bytes(self, data: bytes) -> None:
+        """``write([data])`` for the commonest case, one small buffer (e.g. an answer).
+
+        One ``write`` and no list: this is on the way from a request to its answer.
+        """
+        if self._pending:
+            self._enqueue([data])
+            return
+        if self._transport.get_write_buffer_size():  # as in ``write``
+            self._transport.write(data)
+            return
+        try:
+            sent = os.write(self._fd, data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self._failed()
+            return
+        if sent < len(data):
+            self._enqueue([data], sent)
 
     def close_when_written(self) -> None:
         """Close the transport now, or once what waits is written."""
