@@ -55,8 +55,12 @@ lint: setup-test
 typecheck: setup-test
 	$(BIN)/mypy
 
+# The suite runs on PYTEST_WORKERS processes (pytest-xdist), a test module's tests on one of
+# them (its module fixtures start once): most tests wait on real processes and daemons, so
+# two workers fit CI's two cores. PYTEST_WORKERS=0 runs in one process (a debugger, -x).
+PYTEST_WORKERS ?= 2
 pytest: setup-test
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: setup
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
