@@ -133,7 +133,8 @@ class Connection:
                 except Exception as exc:
                     self._failed(message, exc)
                     return
-                if type(result) is Reply or type(result) is _Spliced:
+                kind = type(result)
+                if kind is Reply or kind is _Spliced:
                     self._respond(message, result)
                 elif not self._closed:
                     self.transport.send_message(_encode_result(message.id, result))

@@ -354,11 +354,12 @@ class WebSocketProtocol(asyncio.Protocol):
         self._handle(events)
 
     def _handle(self, events: list[Event]) -> None:
+        connection = self._connection  # set when the connection opens, dropped as it closes
         for event in events:
             if type(event) is Message:
                 # Data after our close frame is discarded (RFC 6455 §1.4).
-                if self._state is _OPEN and self._connection is not None:
-                    self._connection.message_received(event.data)
+                if self._state is _OPEN and connection is not None:
+                    connection.message_received(event.data)
             elif type(event) is Ping:
                 if self._state is _OPEN:
                     self._queue(PONG, event.payload)
