@@ -47,7 +47,8 @@ def _start_and_detach(daemon: RunningDaemon, gate: Path) -> tuple[str, int]:
         )
         pid = pid_from_first_output(client, "flood")
     # The daemon logs the end of the connection after the session detached.
-    assert eventually(lambda: re.search(r"connection \S+ closed", daemon.log())), daemon.log()
+    closed = re.compile(r"connection \S+ closed")
+    assert eventually(lambda: closed.search(daemon.log()) is not None), daemon.log()
     gate.touch()
     return session_id, pid
 

@@ -304,7 +304,7 @@ def test_a_linked_worktree_is_trusted_through_its_main_checkout(
 
 def test_parameter_errors_and_their_order(host: Host, client: WsClient) -> None:
     """Malformed URI, then the key paths, then a URI of another host; all -32602."""
-    bad = [
+    bad: list[tuple[dict[str, Any], str]] = [
         ({"cwd": "file:///", "configPaths": [], "requirementsPaths": []},
          "at least one config or requirements path is required"),
         ({"cwd": "file:///", "configPaths": [["a"]], "requirementsPaths": [[]]},

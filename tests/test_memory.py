@@ -40,7 +40,7 @@ def _reclaimer(loop: FakeLoop, trims: list[float], works: bool = True) -> Memory
 
 def test_a_burst_of_requests_costs_one_trim() -> None:
     """Requests until the trim runs share it; it runs ``delay`` after the first."""
-    loop, trims = FakeLoop(), []
+    loop, trims = FakeLoop(), list[float]()
     reclaimer = _reclaimer(loop, trims)
     for _ in range(50):
         reclaimer.request()
@@ -52,7 +52,7 @@ def test_a_burst_of_requests_costs_one_trim() -> None:
 
 def test_trims_are_at_least_an_interval_apart() -> None:
     """A request right after a trim waits for the interval; a late one only for the delay."""
-    loop, trims = FakeLoop(), []
+    loop, trims = FakeLoop(), list[float]()
     reclaimer = _reclaimer(loop, trims)
     reclaimer.request()
     loop.run_due()
@@ -68,7 +68,7 @@ def test_trims_are_at_least_an_interval_apart() -> None:
 
 def test_no_trim_is_counted_where_the_allocator_has_none() -> None:
     """Without ``malloc_trim`` (musl, macOS) nothing is counted or logged."""
-    loop, trims = FakeLoop(), []
+    loop, trims = FakeLoop(), list[float]()
     reclaimer = _reclaimer(loop, trims, works=False)
     reclaimer.request()
     loop.run_due()

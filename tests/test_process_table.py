@@ -12,6 +12,7 @@ import pytest
 from executor import proctree
 from executor.process import LiveProcessCounter, ProcessLimits, ProcessTable, RefuseSandbox
 from executor.protocol.decode import decode
+from executor.protocol.jsonrpc import Spliced
 from executor.protocol.messages import (
     ReadParams,
     StartParams,
@@ -47,7 +48,8 @@ class Sink:
     def __init__(self) -> None:
         self.notes: list[tuple[str, dict[str, Any]]] = []
 
-    def notify(self, method: str, params: dict[str, Any]) -> None:
+    def notify(self, method: str, params: dict[str, Any] | Spliced) -> None:
+        assert isinstance(params, dict), "the table sends output as a dict here"
         self.notes.append((method, params))
 
     def on_drain(self, callback: Callable[[], None]) -> None:
@@ -132,9 +134,12 @@ def test_events_are_held_until_announced() -> None:
 def test_no_signal_once_the_tree_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
     """After the supervisor reported its end, terminate signals nothing (pids may be reused)."""
     sent: list[tuple[int, int | None, int]] = []
-    monkeypatch.setattr(
-        proctree, "signal_tree", lambda pgid, sup, signum=9: sent.append((pgid, sup, signum)) or 1
-    )
+
+    def signal_tree(pgid: int, sup: int | None, signum: int = 9) -> int:
+        sent.append((pgid, sup, signum))
+        return 1
+
+    monkeypatch.setattr(proctree, "signal_tree", signal_tree)
 
     async def scenario() -> None:
         spawner, sink = HeldSpawner(), Sink()

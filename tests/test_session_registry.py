@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from executor.errors import InvalidRequest, SessionAttached
+from executor.protocol.jsonrpc import Spliced
 from executor.session import Session, SessionRegistry
 from tests.support.memory_transport import Timer
 
@@ -28,10 +29,10 @@ class Resources:
 class Link:
     """Stand-in for a connection."""
 
-    notes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    notes: list[tuple[str, dict[str, Any] | Spliced]] = field(default_factory=list)
     congested: bool = False
 
-    def notify(self, method: str, params: dict[str, Any]) -> None:
+    def notify(self, method: str, params: dict[str, Any] | Spliced) -> None:
         self.notes.append((method, params))
 
     def on_drain(self, callback: Callable[[], None]) -> None:

@@ -77,7 +77,7 @@ class HostileServer:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[HostileServer]:
         async with serve(self._handle, "127.0.0.1", 0) as server:
-            port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+            port = server.sockets[0].getsockname()[1]
             self.url = f"ws://127.0.0.1:{port}"
             yield self
 

@@ -88,13 +88,23 @@ def test_several_changes_at_once_are_one_notification(client: WsClient, ws: Path
     quiet(client)
 
 
+def _renamed_into_place(ws: Path) -> None:
+    (ws / "tmp").mkdir()
+    os.rename(ws / "tmp", ws / "m")
+
+
+def _hard_linked(ws: Path) -> None:
+    (ws / "f").touch()
+    os.link(ws / "f", ws / "m")
+
+
 @pytest.mark.parametrize(
     "appear",
     [
         lambda ws: (ws / "m").write_text("x"),
         lambda ws: os.symlink(ws / "nowhere", ws / "m"),
-        lambda ws: (ws / "tmp").mkdir() or os.rename(ws / "tmp", ws / "m"),
-        lambda ws: (ws / "f").touch() or os.link(ws / "f", ws / "m"),
+        _renamed_into_place,
+        _hard_linked,
     ],
     ids=["file", "dangling-symlink", "renamed-into-place", "hard-link"],
 )
@@ -338,6 +348,7 @@ def test_bad_uris_are_errors_that_change_nothing(
 
 def test_bad_params(client: WsClient) -> None:
     """Shapes serde refuses are ``-32602``."""
+    params: object
     for params in (
         None,
         {"missing": []},

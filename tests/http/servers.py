@@ -66,7 +66,9 @@ class Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = do_PATCH = _handle
 
-    def _reply(self, status: int, body: bytes = b"", headers: tuple[tuple[str, str], ...] = ()):
+    def _reply(
+        self, status: int, body: bytes = b"", headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         self.send_response(status)
         for name, value in headers:
             self.send_header(name, value)

@@ -27,7 +27,7 @@ def _smuggled(server: HttpServer, path: str) -> str:
 
 
 def _path_answered(result: dict[str, object]) -> str:
-    path: str = json.loads(body(result))["path"]  # type: ignore[arg-type]
+    path: str = json.loads(body(result))["path"]
     return path
 
 

@@ -88,7 +88,7 @@ def test_disabled_and_external_profiles() -> None:
     assert external.type is ProfileType.EXTERNAL and external.network is NetworkMode.RESTRICTED
 
 
-BAD: list[tuple[str, dict[str, Any], str]] = [
+BAD: list[tuple[str, object, str]] = [
     (
         "no-windows-level",
         {"permissions": {"type": "disabled"}},
@@ -162,7 +162,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "expected a sequence",
     ),
     ("too-many", context(managed(*[special("root", "read")] * 5000)), "at most 4096 entries"),
-    ("not-object", [], "expected struct FileSystemSandboxContext"),  # type: ignore[dict-item]
+    ("not-object", [], "expected struct FileSystemSandboxContext"),
     (
         "bad-path-type",
         context(managed({"path": {"type": "file"}, "access": "read"})),
@@ -174,9 +174,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
 @pytest.mark.parametrize(
     ("sandbox", "message"), [(b[1], b[2]) for b in BAD], ids=[b[0] for b in BAD]
 )
-def test_malformed_sandbox_is_refused_naming_the_field(
-    sandbox: dict[str, Any], message: str
-) -> None:
+def test_malformed_sandbox_is_refused_naming_the_field(sandbox: object, message: str) -> None:
     """Every malformed sandbox is -32602 with a message that says what and where."""
     with pytest.raises(InvalidParams) as caught:
         parse_sandbox(sandbox)

@@ -41,10 +41,10 @@ class FakeHost:
         #: link path -> absolute target; ``realpath`` follows them.
         self.symlinks = symlinks or {}
         self.shared = set(shared)
-        self.minimal_paths = ("/bin", "/etc", "/lib", "/usr")
+        self.minimal_paths: tuple[str, ...] = ("/bin", "/etc", "/lib", "/usr")
         self.hidden_paths = hidden
         self.cwd = cwd
-        self.home = home
+        self.home: str | None = home
 
     def kind(self, path: str) -> PathKind:
         """What is at ``path`` (symlinks followed)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pluggy
 import pytest
@@ -28,7 +29,7 @@ def test_there_are_hookspecs() -> None:
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.__name__)
-def test_every_hookspec_is_documented(spec: object) -> None:
+def test_every_hookspec_is_documented(spec: Any) -> None:
     """Each hookspec has a docstring, and firstresult ones say so."""
     doc = inspect.getdoc(spec) or ""
     assert len(doc) > 80

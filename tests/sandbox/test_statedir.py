@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from executor.errors import ConfigError
-from executor.sandbox import statedir
 from executor.sandbox.statedir import ensure_state_directory, state_directory, state_path
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
@@ -163,7 +162,7 @@ def test_a_symlink_planted_between_mkdir_and_the_check_is_refused(
 ) -> None:
     ours = tmp_path / "ours"
     ours.mkdir(mode=0o700)
-    monkeypatch.setattr(statedir.os, "mkdir", _racing_mkdir(lambda p: os.symlink(ours, p)))
+    monkeypatch.setattr(os, "mkdir", _racing_mkdir(lambda p: os.symlink(ours, p)))
     assert "is a symlink" in refusal(tmp_path / "state")
 
 
@@ -176,7 +175,7 @@ def test_a_directory_planted_between_mkdir_and_the_check_is_refused(
         os.chown(path, nobody(), -1)
 
     real_mkdir = os.mkdir
-    monkeypatch.setattr(statedir.os, "mkdir", _racing_mkdir(plant))
+    monkeypatch.setattr(os, "mkdir", _racing_mkdir(plant))
     assert "owned by nobody" in refusal(tmp_path / "state")
 
 

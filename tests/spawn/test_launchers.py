@@ -380,7 +380,7 @@ def _launcher_of(spawner: Spawner) -> int:
     wanted = "executor-launcher" if spawner.supervisor == "native" else "zygote.py"
     for child in me.children():
         if any(wanted in part for part in child.cmdline()):
-            return child.pid
+            return int(child.pid)
     raise AssertionError(f"no {wanted} child")
 
 

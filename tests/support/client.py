@@ -7,12 +7,13 @@ notifications (in arrival order), so a test can send, then wait for exactly what
 from __future__ import annotations
 
 import base64
+import io
 import json
 import subprocess
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
@@ -25,6 +26,9 @@ class RpcError(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+T = TypeVar("T")
 
 
 class _Inbox:
@@ -54,7 +58,7 @@ class _Inbox:
             self.closed = True
             self.cond.notify_all()
 
-    def wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    def wait(self, predicate: Callable[[], T | None], timeout: float, what: str) -> T:
         deadline = time.monotonic() + timeout
         with self.cond:
             while True:
@@ -122,7 +126,7 @@ class _Client:
         params: dict[str, Any] = {"clientName": client_name}
         if resume is not None:
             params["resumeSessionId"] = resume
-        result = self.request("initialize", params)
+        result: dict[str, Any] = self.request("initialize", params)
         self.notify("initialized", {})
         return result
 
@@ -260,7 +264,9 @@ class StdioClient(_Client):
 
     def _read_stderr(self) -> None:
         assert self.process.stderr is not None
-        while chunk := self.process.stderr.read1(65536):
+        stream = self.process.stderr
+        assert isinstance(stream, io.BufferedReader)
+        while chunk := stream.read1(65536):
             self.stderr += chunk
 
     def _read(self) -> None:

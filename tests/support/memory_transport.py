@@ -59,7 +59,7 @@ class MemoryTransport:
         self.raw.append(bytes(data))
         self.sent.append(json.loads(data))
 
-    def send_message_parts(self, parts: list[bytes | bytearray]) -> None:
+    def send_message_parts(self, parts: list[bytes | bytearray | memoryview]) -> None:
         self.send_message(b"".join(parts))
 
     def close(self, code: int = 1000, reason: str = "") -> None:
