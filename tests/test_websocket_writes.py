@@ -121,7 +121,7 @@ def test_without_a_descriptor_to_spare_the_transport_buffers_it(
     def no_descriptors(fd: int) -> int:
         raise OSError(24, "Too many open files")
 
-    monkeypatch.setattr(writes.os, "dup", no_descriptors)
+    monkeypatch.setattr(os, "dup", no_descriptors)
     answer = os.urandom(4 * MiB).hex().encode()
 
     async def test() -> None:
