@@ -21,7 +21,12 @@ from executor.process.network import network_rules
 from executor.sandbox.api import BackendStatus, HostInfo, SandboxBackend
 from executor.sandbox.host import LocalHost, ensure_state_directory
 from executor.sandbox.limits import default_limits
-from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
+from executor.sandbox.manager import (
+    BrokenPlugin,
+    SandboxManager,
+    blocked_from_env,
+    get_plugin_manager,
+)
 from executor.sandbox.materialize import materialize
 from executor.sandbox.network import NetworkAccess, NetworkPolicy, NetworkRoute
 from executor.sandbox.profile_report import enforcement, explain, explain_lines, limits_json
@@ -48,8 +53,17 @@ __all__ = [
 ]
 
 
-def _manager() -> SandboxManager:
-    return SandboxManager(get_plugin_manager(blocked_from_env()))
+def _manager(broken: list[BrokenPlugin] | None = None) -> SandboxManager:
+    """The plugins as the daemon loads them; with ``broken``, a plugin that fails to load is
+    recorded there and left out instead of stopping everything (for the diagnosis commands)."""
+    return SandboxManager(get_plugin_manager(blocked_from_env(), broken=broken))
+
+
+def _report_broken_plugins(broken: list[BrokenPlugin]) -> list[dict[str, str]]:
+    """Say on stderr which plugins failed to load; them as JSON values."""
+    for plugin in broken:
+        print(f"executor: {plugin.message}", file=sys.stderr)
+    return [{"name": p.name, "module": p.module, "error": p.message} for p in broken]
 
 
 def _roots(args: argparse.Namespace) -> tuple[str, ...]:
@@ -279,8 +293,11 @@ def _selection(
 
 def backends(args: argparse.Namespace) -> int:
     """List discovered backends, which one is selected (for ``--profile``: the one that
-    profile would use), and what each enforces here."""
-    manager = _manager()
+    profile would use), and what each enforces here. A plugin that fails to load is named on
+    stderr and in the list (the daemon would refuse to start); the exit status is then 1."""
+    broken: list[BrokenPlugin] = []
+    manager = _manager(broken)
+    broken_rows = _report_broken_plugins(broken)
     plugins = [
         name
         for name, plugin in manager.pm.list_name_plugin()
@@ -299,10 +316,13 @@ def backends(args: argparse.Namespace) -> int:
                 "selected": chosen,
                 "reason": why_none,
                 "backends": found,
+                "broken": broken_rows,
             }
         )
-        return 1 if refused else 0
+        return 1 if refused or broken else 0
     print(f"plugins (entry-point group executor.sandbox): {', '.join(plugins) or 'none'}")
+    for plugin in broken:
+        print(f"BROKEN: {plugin.name} ({plugin.module}) failed to load, on stderr")
     if blocked_from_env():
         print(f"blocked: {', '.join(blocked_from_env())}")
     for row in found:
@@ -321,7 +341,7 @@ def backends(args: argparse.Namespace) -> int:
         print(f"*: selected for profile {args.profile}")
     else:
         print(f"profile {args.profile}: {'REFUSED — ' if refused else ''}{why_none}")
-    return 1 if refused else 0
+    return 1 if refused or broken else 0
 
 
 def _doctor_row(name: str, source: str) -> dict[str, Any]:
@@ -350,7 +370,9 @@ def doctor(args: argparse.Namespace) -> int:
     host = HostInfo.current()
     launcher = native_launcher()
     spec_version = native_spec_version()
-    manager = _manager()
+    broken: list[BrokenPlugin] = []
+    manager = _manager(broken)
+    broken_rows = _report_broken_plugins(broken)
     details = {
         backend.name: {key: str(value) for key, value in sorted(status.details.items())}
         for backend, status in manager.candidates
@@ -365,7 +387,7 @@ def doctor(args: argparse.Namespace) -> int:
         problems = _report_broken(name, library.path(name), error)
         rows.append(_doctor_row(name, source) | {"status": "invalid", "problems": problems})
     rows.sort(key=lambda row: str(row["name"]))
-    ok = all(row["status"] in ("enforced", "unsandboxed") for row in rows)
+    ok = not broken and all(row["status"] in ("enforced", "unsandboxed") for row in rows)
     if args.json:
         _emit(
             {
@@ -383,6 +405,7 @@ def doctor(args: argparse.Namespace) -> int:
                     "sandbox_spec": spec_version or None,
                 },
                 "backends": details,
+                "broken_plugins": broken_rows,
                 "default_limits": limits_json(default_limits()),
                 "workspace": workspace,
                 "profiles": rows,
@@ -408,6 +431,11 @@ def doctor(args: argparse.Namespace) -> int:
     for name, values in details.items():
         for key, value in values.items():
             print(f"{name}.{key}: {value}")
+    for plugin in broken:
+        print(
+            f"sandbox plugin {plugin.name}: BROKEN — fails to load (on stderr); the daemon"
+            " will not start until it is fixed, uninstalled or blocked"
+        )
     print(
         f"limits of every sandboxed command: {default_limits().summary()}"
         " (the daemon's defaults; `serve --limit` changes them, profiles set their own)"

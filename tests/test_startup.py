@@ -4,6 +4,7 @@ everything) can be enforced. Real daemons and real commands, through the console
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -255,10 +256,9 @@ BROKEN = {
     [
         ("import-error", ["serve", "--listen", "ws://127.0.0.1:0"], 1),
         ("misspelled-hook", ["serve", "--listen", "ws://127.0.0.1:0"], 1),
-        ("import-error", ["backends"], 1),
         ("import-error", ["run", "--profile", "read-only", "--", "/bin/true"], 125),
     ],
-    ids=["serve-import-error", "serve-misspelled-hook", "backends", "run"],
+    ids=["serve-import-error", "serve-misspelled-hook", "run"],
 )
 def test_a_broken_plugin_stops_with_one_line_naming_it(
     tmp_path: Path, kind: str, command: list[str], status: int
@@ -274,6 +274,35 @@ def test_a_broken_plugin_stops_with_one_line_naming_it(
     )
     assert why in line
     assert "EXECUTOR_BLOCK_PLUGINS=broken" in line
+
+
+@pytest.mark.parametrize("kind", ["import-error", "misspelled-hook"])
+def test_diagnosis_reports_a_broken_plugin_and_everything_else(tmp_path: Path, kind: str) -> None:
+    """`backends` and `doctor` exist to find out what is wrong: they name the broken plugin
+    (stderr, and a BROKEN row), still report the backends and profiles that work, exit 1."""
+    source, why = BROKEN[kind]
+    env = _plugin_site(tmp_path / "site", "broken", "broken_executor_plugin", source)
+    for command in (["backends"], ["doctor"]):
+        result = executor(*command, env=env)
+        assert result.returncode == 1, result
+        [line] = result.stderr.splitlines()
+        assert line.startswith("executor: sandbox plugin 'broken' (broken_executor_plugin)")
+        assert why in line
+        assert "BROKEN" in result.stdout
+    listed = json.loads(executor("backends", "--json", env=env).stdout)
+    assert [row["name"] for row in listed["broken"]] == ["broken"]
+    assert why in listed["broken"][0]["error"]
+    assert "linux" in listed["plugins"]
+    assert any(row["name"] == "linux" and row["available"] for row in listed["backends"])
+    report = json.loads(executor("doctor", "--json", env=env).stdout)
+    assert report["ok"] is False
+    assert [row["module"] for row in report["broken_plugins"]] == ["broken_executor_plugin"]
+    workspace = {row["name"]: row["status"] for row in report["profiles"]}["workspace"]
+    assert workspace == "enforced"
+    # Without the broken plugin the same report is clean: the exit status was its doing.
+    clean = executor("backends", "--json")
+    assert clean.returncode == 0, clean
+    assert json.loads(clean.stdout)["broken"] == []
 
 
 @pytest.mark.parametrize(

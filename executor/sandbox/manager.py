@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from importlib import metadata
 
@@ -15,7 +16,13 @@ from executor.sandbox import defaults, hookspecs
 from executor.sandbox.api import BackendStatus, Command, HostInfo, LaunchPlan, SandboxBackend
 from executor.sandbox.rules import Feature, RuleSet
 
-__all__ = ["BLOCK_ENV", "SandboxManager", "broken_plugin_message", "get_plugin_manager"]
+__all__ = [
+    "BLOCK_ENV",
+    "BrokenPlugin",
+    "SandboxManager",
+    "broken_plugin_message",
+    "get_plugin_manager",
+]
 
 log = logging.getLogger("executor.sandbox")
 
@@ -28,8 +35,19 @@ def blocked_from_env(environ: os._Environ[str] | dict[str, str] = os.environ) ->
     return [name.strip() for name in environ.get(BLOCK_ENV, "").split(",") if name.strip()]
 
 
+@dataclass(frozen=True)
+class BrokenPlugin:
+    """A discovered plugin that failed to import or register, and the line that says so."""
+
+    name: str
+    module: str
+    message: str
+
+
 def get_plugin_manager(
-    blocked: Iterable[str] = (), plugins: Sequence[object] = ()
+    blocked: Iterable[str] = (),
+    plugins: Sequence[object] = (),
+    broken: list[BrokenPlugin] | None = None,
 ) -> pluggy.PluginManager:
     """A plugin manager with every hookspec, the built-in defaults and all discovered plugins.
 
@@ -40,21 +58,23 @@ def get_plugin_manager(
     A discovered plugin that fails to import or to register stops everything with one line
     naming it and how to block it (``InternalError``), rather than running without it: it
     may be a selector or a launch hook the operator relies on to refuse or audit launches,
-    and a daemon silently missing that would run what it was meant to stop.
+    and a daemon silently missing that would run what it was meant to stop. Only diagnosis
+    (``backends``, ``doctor``) passes ``broken``: a failing plugin is then recorded there and
+    left out, so that the report shows it next to everything else, and runs nothing.
     """
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     pm.register(defaults, name="executor-defaults")
     for name in blocked:
         pm.set_blocked(name)
-    _load_entry_points(pm)
+    _load_entry_points(pm, broken)
     for plugin in plugins:
         pm.register(plugin)
     pm.check_pending()
     return pm
 
 
-def _load_entry_points(pm: pluggy.PluginManager) -> None:
+def _load_entry_points(pm: pluggy.PluginManager, broken: list[BrokenPlugin] | None) -> None:
     """``load_setuptools_entrypoints``, one plugin at a time, naming the one that fails."""
     for entry in metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
         if pm.get_plugin(entry.name) is not None or pm.is_blocked(entry.name):
@@ -66,7 +86,10 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         except Exception as exc:  # whatever a plugin's import runs may raise anything
             if pm.get_plugin(entry.name) is not None:
                 pm.unregister(name=entry.name)
-            raise InternalError(broken_plugin_message(entry.name, entry.value, exc)) from None
+            message = broken_plugin_message(entry.name, entry.value, exc)
+            if broken is None:
+                raise InternalError(message) from None
+            broken.append(BrokenPlugin(entry.name, entry.value, message))
 
 
 def broken_plugin_message(name: str, module: str, exc: BaseException) -> str:

@@ -120,6 +120,7 @@ def test_a_broken_file_is_named_and_the_rest_listed(ws: Path, library: Path) -> 
         "host",
         "launcher",
         "backends",
+        "broken_plugins",
         "default_limits",
         "workspace",
         "profiles",
@@ -133,6 +134,7 @@ def test_a_broken_file_is_named_and_the_rest_listed(ws: Path, library: Path) -> 
     assert rows["broken"]["status"] == "invalid"
     assert rows["broken"]["problems"][0]["key"] == "network.enabled"
     assert rows["danger-full-access"]["status"] == "unsandboxed"
+    assert report["broken_plugins"] == []
     assert rows["fine"]["source"] == str(library / "fine.toml")
     assert report["default_limits"]["processes"] == 2048
 
@@ -214,8 +216,16 @@ def test_backends_json() -> None:
     """Each backend with the same keys; `selected` names the one marked selected."""
     status, found = as_json("backends")
     assert status == 0
-    assert set(found) == {"plugins", "blocked", "profile", "selected", "reason", "backends"}
-    assert found["profile"] is None and found["reason"] is None
+    assert set(found) == {
+        "plugins",
+        "blocked",
+        "profile",
+        "selected",
+        "reason",
+        "backends",
+        "broken",
+    }
+    assert found["profile"] is None and found["reason"] is None and found["broken"] == []
     assert "linux" in found["plugins"]
     keys = {"name", "module", "selected", "available", "reason", "features", "missing", "details"}
     assert all(set(row) == keys for row in found["backends"])
