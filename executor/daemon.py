@@ -38,7 +38,7 @@ from executor.sandbox.limits import ResourceLimits, default_limits
 from executor.sandbox.manager import SandboxManager, blocked_from_env, get_plugin_manager
 from executor.sandbox.rules import Feature
 from executor.session import DEFAULT_SESSION_TTL, Session, SessionRegistry
-from executor.spawn.spawner import Spawner
+from executor.spawn.spawner import Spawner, sandbox_launch_mode
 
 __all__ = ["EVENT_LOOP_ENV", "IMPLEMENTED", "Daemon", "DaemonConfig", "run_event_loop"]
 
@@ -140,6 +140,16 @@ class Daemon:
             log.warning(
                 "the native launcher is not built or is turned off (EXECUTOR_NATIVE_LAUNCHER); "
                 "each command costs ~1.5 ms more CPU to start"
+            )
+        elif self.spawner.sandbox_supervisor != "native":
+            # Same layers, same contract, slower: worth a line, not a warning, when asked for.
+            asked = sandbox_launch_mode() == "python"
+            log.log(
+                logging.INFO if asked else logging.WARNING,
+                "sandboxed commands start through the Python launcher (%s)",
+                "EXECUTOR_SANDBOX_LAUNCH=python"
+                if asked
+                else "the native launcher predates sandbox specs; rebuild it",
             )
         ensure_state_directory(config.state_dir)
         self.host_view = LocalHost(hidden_paths=(config.state_dir, *config.secret_files))

@@ -135,3 +135,16 @@ def test_doctor_names_the_launcher_that_applies_the_sandbox(setting: str) -> Non
         assert report["launcher"]["sandbox_spec"] is None
     if sys.platform.startswith("linux") and native_launcher() is not None and setting == "":
         assert native  # built here: the default path is the native one
+
+
+def test_the_python_sandbox_launcher_is_named_in_the_log(shared_daemon: RunningDaemon) -> None:
+    """Asked for, the slower launcher of sandboxed commands gets a line; the default none."""
+    daemon = RunningDaemon(env={"EXECUTOR_SANDBOX_LAUNCH": "python"})
+    try:
+        daemon.session().close()
+    finally:
+        daemon.stop()
+    line = "sandboxed commands start through the Python launcher"
+    assert f"INFO executor.daemon: {line} (EXECUTOR_SANDBOX_LAUNCH=python)" in daemon.log()
+    if native_spec_version():
+        assert line not in shared_daemon.log()
