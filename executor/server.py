@@ -31,8 +31,9 @@ __all__ = ["Connection", "ConnectionHost", "MessageTransport"]
 
 _READY = Phase.READY
 # The request path's module attributes, bound once (each request looks them up).
-_parse = jsonrpc.parse
+_parse_fields = jsonrpc.parse_fields
 _Request = jsonrpc.Request
+_new_tuple = tuple.__new__
 _Spliced = jsonrpc.Spliced
 _encode_result = jsonrpc.encode_result
 
@@ -115,9 +116,11 @@ class Connection:
         """Handle one complete inbound message."""
         if self._closed:
             return
-        message = _parse(data)
-        if type(message) is _Request:
-            route = self._routes.get(message.method)
+        message = _parse_fields(data)
+        if type(message) is tuple:  # a well-formed request: (id, method, params)
+            # (mypy does not narrow a union by ``type(...) is tuple``: the envelopes are tuples)
+            request_id, method, params = message  # type: ignore[misc]
+            route = self._routes.get(method)
             # Fast path for the commonest requests (liveness probes, environment/info):
             # a synchronous method without params on a ready connection is answered here,
             # without the general dispatch's layers; the answer is identical.
@@ -126,19 +129,21 @@ class Connection:
                 and route.params is None
                 and not route.is_async
                 and self.handshake.phase is _READY
-                and ((params := message.params) is None or params == {})
+                and (params is None or params == {})
             ):
                 try:
                     result = route.handler(self, None)
                 except Exception as exc:
-                    self._failed(message, exc)
+                    self._failed(_new_tuple(_Request, message), exc)
                     return
                 kind = type(result)
                 if kind is Reply or kind is _Spliced:
-                    self._respond(message, result)
+                    self._respond(_new_tuple(_Request, message), result)
                 elif not self._closed:
-                    self.transport.send_message(_encode_result(message.id, result))
+                    self.transport.send_message(_encode_result(request_id, result))
                 return
+            self._request(_new_tuple(_Request, message))
+        elif type(message) is _Request:  # one the general classification read
             self._request(message)
         elif type(message) is jsonrpc.Notification:
             self._notification(message)

@@ -31,6 +31,7 @@ __all__ = [
     "Malformed",
     "Notification",
     "Request",
+    "RequestFields",
     "RequestId",
     "Spliced",
     "base64_value",
@@ -43,6 +44,7 @@ __all__ = [
     "encode_result_parts",
     "loads",
     "parse",
+    "parse_fields",
     "preencode",
 ]
 
@@ -211,6 +213,22 @@ def loads(data: bytes | memoryview | str) -> Any:
 
 def parse(data: bytes | memoryview | str) -> Message:
     """Decode one transport message into its envelope."""
+    message = parse_fields(data)
+    if type(message) is tuple:
+        return _new_tuple(Request, message)
+    return message  # type: ignore[return-value]  # an envelope: not narrowed by mypy
+
+
+#: A well-formed request's ``(id, method, params)``, as ``parse_fields`` returns it.
+RequestFields = tuple[RequestId, str, Any]
+
+
+def parse_fields(data: bytes | memoryview | str) -> RequestFields | Message:
+    """``parse``, but a well-formed request is a plain ``(id, method, params)`` tuple.
+
+    The connection's per-request path: a plain tuple is built by one opcode, a ``Request``
+    by a call that allocates a tuple subclass (and frees it through the generic path).
+    """
     try:
         value = _loads(data)
     except _DECODE_ERRORS as exc:
@@ -228,7 +246,7 @@ def parse(data: bytes | memoryview | str) -> Message:
             or (type(request_id) is int and _I64_MIN <= request_id <= _I64_MAX)
         )
     ):
-        return _new_tuple(Request, (request_id, method, value.get("params")))
+        return (request_id, method, value.get("params"))
     return _classify(value)
 
 

@@ -165,7 +165,16 @@ class WebSocketProtocol(asyncio.Protocol):
             # as scheduled meanwhile, so that no flush is scheduled for a later iteration.
             self._flush_scheduled = True
             try:
-                self._receive_frames(data)
+                events = self._reader.feed(data)
+                # The commonest read, one message (a request), straight to the connection.
+                if len(events) == 1 and type(event := events[0]) is Message:
+                    connection = self._connection
+                    if state is _OPEN and connection is not None:
+                        connection.message_received(event.data)
+                else:
+                    self._handle(events)
+            except FrameError as exc:
+                self._protocol_error(exc)
             finally:
                 if self._outbox:
                     self._flush()
@@ -329,29 +338,27 @@ class WebSocketProtocol(asyncio.Protocol):
     # --- frames -----------------------------------------------------------------------------
 
     def _receive_frames(self, data: bytes) -> None:
+        """Handle the frames in ``data`` (``data_received`` does the same, inline)."""
         try:
             events = self._reader.feed(data)
-            # The commonest read, one message (a request), straight to the connection.
-            if len(events) == 1 and type(event := events[0]) is Message:
-                connection = self._connection
-                if self._state is _OPEN and connection is not None:
-                    connection.message_received(event.data)
-                return
         except FrameError as exc:
-            # The frames before the bad one are valid, whether they came in an earlier read
-            # or in this one: handle them (their answers go out before our close frame).
-            self._handle(exc.events)
-            if self._state is not _CLOSED:  # not already closed by a Close among them
-                self._refusals.refused(
-                    f"protocol {exc.code}",
-                    logging.INFO,
-                    "connection %s: protocol error: %s",
-                    self.peer,
-                    exc.reason,
-                )
-                self._fail(exc.code, exc.reason)
+            self._protocol_error(exc)
             return
         self._handle(events)
+
+    def _protocol_error(self, exc: FrameError) -> None:
+        # The frames before the bad one are valid, whether they came in an earlier read
+        # or in this one: handle them (their answers go out before our close frame).
+        self._handle(exc.events)
+        if self._state is not _CLOSED:  # not already closed by a Close among them
+            self._refusals.refused(
+                f"protocol {exc.code}",
+                logging.INFO,
+                "connection %s: protocol error: %s",
+                self.peer,
+                exc.reason,
+            )
+            self._fail(exc.code, exc.reason)
 
     def _handle(self, events: list[Event]) -> None:
         connection = self._connection  # set when the connection opens, dropped as it closes

@@ -47,6 +47,15 @@ def test_parse_classifies_structurally(raw: str, expected: jsonrpc.Message) -> N
         parsed = jsonrpc.parse(data)
         assert type(parsed) is type(expected)
         assert parsed == expected
+        # The connection's variant: the same request as a plain tuple (the one that took
+        # the general classification may stay a Request), anything else the same envelope.
+        fields = jsonrpc.parse_fields(data)
+        if type(expected) is Request:
+            assert type(fields) in (tuple, Request)
+            assert tuple(fields) == tuple(expected)
+        else:
+            assert type(fields) is type(expected)
+            assert fields == expected
 
 
 @pytest.mark.parametrize(
