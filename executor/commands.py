@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
     if not argv:
         print("executor run: give the command after --", file=sys.stderr)
         return 2
-    profile = default_library().get(args.profile)
+    profile = load_profile(args.profile)
     for path in args.workspace or []:
         _directory("--workspace", path)
     if args.cwd:

@@ -100,7 +100,13 @@ def add_policy_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "the program, directory or sandbox layer at fault) or the sandbox cannot be "
         "enforced here; 2 for a usage error or a profile that does not load.",
     )
-    run.add_argument("--profile", required=True, help="profile name (see `executor profile list`)")
+    run.add_argument(
+        "--profile",
+        required=True,
+        metavar="PROFILE",
+        help="a profile name (see `executor profile list`), or the path of a .toml file (its "
+        "extends resolve against the profiles and its own directory)",
+    )
     _add_workspace(run)
     run.add_argument(
         "--network", choices=["on", "off"], help="override the profile's network setting"

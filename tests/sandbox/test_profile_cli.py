@@ -233,3 +233,29 @@ def test_backends_json() -> None:
     assert selected == ([found["selected"]] if found["selected"] else [])
     _, blocked = as_json("backends", env={"EXECUTOR_BLOCK_PLUGINS": "macos"})
     assert blocked["blocked"] == ["macos"] and "macos" not in blocked["plugins"]
+
+
+@pytest.mark.enforcement
+def test_run_takes_a_profile_file_and_enforces_it(ws: Path, tmp_path: Path) -> None:
+    """`run --profile PATH`, as `backends` and `explain` take it: a policy author tries a
+    file before installing it. Its rules hold (the workspace is read-only here, so a write
+    fails) and what they allow works; a path that is not there is named (exit 2)."""
+    skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
+    (ws / "notes").write_text("readable\n")
+    draft = tmp_path / "drafts" / "look-only.toml"
+    draft.parent.mkdir()
+    draft.write_text('extends = "read-only"\ndescription = "look, do not touch"\n')
+    write = executor(
+        "run", "--profile", str(draft), "--workspace", str(ws), "--",
+        "sh", "-c", "cat notes; echo x > written",
+    )  # fmt: skip
+    assert write.returncode != 0, write
+    assert write.stdout == "readable\n"
+    assert not (ws / "written").exists()
+    relative = executor(
+        "run", "--profile", "drafts/look-only.toml", "--", "/bin/echo", "ran", cwd=tmp_path
+    )
+    assert (relative.returncode, relative.stdout) == (0, "ran\n"), relative
+    missing = executor("run", "--profile", "drafts/none.toml", "--", "/bin/true", cwd=tmp_path)
+    assert missing.returncode == 2
+    assert missing.stderr == "executor: profile file drafts/none.toml does not exist\n"
