@@ -44,7 +44,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -258,20 +260,44 @@ struct launch {
     struct sandbox sandbox;
 };
 
+/* Read the early exit report of a sandboxed command's child (sandbox.h: sandbox_launch) from
+ * `exit_fd` and close it; 0 with the wait status in `status` when it arrived whole. */
+static int early_exit(int exit_fd, int *status) {
+    int reported;
+    ssize_t got;
+    do {
+        got = read(exit_fd, &reported, sizeof reported);
+    } while (got < 0 && errno == EINTR);
+    close(exit_fd);
+    if (got != (ssize_t)sizeof reported) {
+        return -1; /* ended without one (killed, or no namespaces): its wait status is used */
+    }
+    *status = reported;
+    return 0;
+}
+
 /* Report the command's exit, reap every descendant, return when none is left. SIGCHLD and
- * SIGTERM are blocked and taken with sigwaitinfo, so a SIGTERM can never slip in between a
- * check and a blocking wait. */
-static void reap(pid_t command, int status_fd, int report_exit) {
+ * SIGTERM are blocked and taken with sigwaitinfo (or, while `exit_fd` may still bring the
+ * exit early, read from a signalfd polled beside it), so a SIGTERM can never slip in between
+ * a check and a blocking wait. The exit is reported once: from `exit_fd` if it comes whole,
+ * else from the command's wait status. */
+static void reap(pid_t command, int status_fd, int report_exit, int exit_fd) {
     sigset_t wanted;
     sigemptyset(&wanted);
     sigaddset(&wanted, SIGCHLD);
     sigaddset(&wanted, SIGTERM);
+    int signals = exit_fd >= 0 ? signalfd(-1, &wanted, SFD_CLOEXEC) : -1;
+    if (signals < 0 && exit_fd >= 0) {
+        close(exit_fd);
+        exit_fd = -1;
+    }
     for (;;) {
         int status;
         pid_t pid = waitpid(-1, &status, WNOHANG);
         if (pid > 0) {
             if (pid == command && report_exit) {
                 report(status_fd, "X %d\n", status);
+                report_exit = 0;
             }
             continue;
         }
@@ -279,11 +305,37 @@ static void reap(pid_t command, int status_fd, int report_exit) {
             if (errno == EINTR) {
                 continue;
             }
-            return; /* ECHILD: the command and every descendant are gone */
+            break; /* ECHILD: the command and every descendant are gone */
         }
-        if (sigwaitinfo(&wanted, NULL) == SIGTERM) {
+        if (exit_fd < 0) {
+            if (sigwaitinfo(&wanted, NULL) == SIGTERM) {
+                kill_subtree();
+            }
+            continue;
+        }
+        struct pollfd polled[2] = {{.fd = exit_fd, .events = POLLIN},
+                                   {.fd = signals, .events = POLLIN}};
+        if (poll(polled, 2, -1) < 0) {
+            continue; /* EINTR */
+        }
+        if (polled[0].revents != 0) {
+            if (early_exit(exit_fd, &status) == 0 && report_exit) {
+                report(status_fd, "X %d\n", status);
+                report_exit = 0;
+            }
+            exit_fd = -1;
+        }
+        struct signalfd_siginfo taken;
+        if (polled[1].revents != 0 && read(signals, &taken, sizeof taken) == sizeof taken &&
+            taken.ssi_signo == SIGTERM) {
             kill_subtree();
         }
+    }
+    if (exit_fd >= 0) {
+        close(exit_fd);
+    }
+    if (signals >= 0) {
+        close(signals);
     }
 }
 
@@ -291,12 +343,13 @@ static void fail(const struct launch *launch, const char *stage, int error) {
     report(launch->fds[0], "E %s %d %s\n", stage, error, strerror(error));
 }
 
-/* The sandboxed command's child: stdio at 0..2, the error pipe the only other descriptor,
- * then sandbox.c applies the layers. Never returns. */
-static void __attribute__((noreturn)) sandboxed_child(const struct launch *launch, int error_fd) {
-    int high[4];
-    const int sources[4] = {launch->fds[1], launch->fds[2], launch->fds[3], error_fd};
-    for (int i = 0; i < 4; i++) {
+/* The sandboxed command's child: stdio at 0..2, the error pipe at 3 and the exit pipe at 4 the
+ * only other descriptors, then sandbox.c applies the layers. Never returns. */
+static void __attribute__((noreturn)) sandboxed_child(const struct launch *launch, int error_fd,
+                                                      int exit_fd) {
+    int high[5];
+    const int sources[5] = {launch->fds[1], launch->fds[2], launch->fds[3], error_fd, exit_fd};
+    for (int i = 0; i < 5; i++) {
         high[i] = fcntl(sources[i], F_DUPFD_CLOEXEC, 10);
         if (high[i] < 0) {
             report(error_fd, "launcher %d %s\n", errno, strerror(errno));
@@ -309,15 +362,15 @@ static void __attribute__((noreturn)) sandboxed_child(const struct launch *launc
             _exit(127);
         }
     }
-    if (dup3(high[3], 3, O_CLOEXEC) < 0) {
+    if (dup3(high[3], 3, O_CLOEXEC) < 0 || dup3(high[4], 4, O_CLOEXEC) < 0) {
         report(high[3], "launcher %d %s\n", errno, strerror(errno));
         _exit(127);
     }
     /* Nothing else of the launcher's reaches the command: the status pipe, the control socket
      * and every descriptor received for other launches are closed. */
-    if (syscall(SYS_close_range, 4U, ~0U, 0U) < 0) {
+    if (syscall(SYS_close_range, 5U, ~0U, 0U) < 0) {
         long limit = sysconf(_SC_OPEN_MAX);
-        for (long fd = 4; fd < (limit > 0 ? limit : 65536); fd++) {
+        for (long fd = 5; fd < (limit > 0 ? limit : 65536); fd++) {
             close((int)fd);
         }
     }
@@ -328,26 +381,34 @@ static void __attribute__((noreturn)) sandboxed_child(const struct launch *launc
         .envp = launch->envp,
         .tty = launch->tty,
     };
-    sandbox_launch(&launch->sandbox, &command, 3);
+    sandbox_launch(&launch->sandbox, &command, 3, 4);
 }
 
 /* The supervisor of a sandboxed command (zygote.py: _supervise with a setup hook): fork the
  * child, relay what it reports on the error pipe until that closes (its execve, or PID 1's
- * spawn of the command), then the start, the exit and the end. */
+ * spawn of the command), then the start, the exit (early, from the exit pipe, when the child
+ * reports it there) and the end. */
 static void __attribute__((noreturn)) supervise_sandboxed(const struct launch *launch) {
     int status_fd = launch->fds[0];
     int pipe_fds[2];
+    int exit_fds[2];
     if (pipe2(pipe_fds, O_CLOEXEC) < 0) {
+        fail(launch, "fork", errno);
+        _exit(0);
+    }
+    if (pipe2(exit_fds, O_CLOEXEC) < 0) {
         fail(launch, "fork", errno);
         _exit(0);
     }
     pid_t child = fork();
     if (child == 0) {
         close(pipe_fds[0]);
-        sandboxed_child(launch, pipe_fds[1]);
+        close(exit_fds[0]);
+        sandboxed_child(launch, pipe_fds[1], exit_fds[1]);
     }
     int fork_error = errno;
     close(pipe_fds[1]);
+    close(exit_fds[1]);
     for (int i = 1; i < 4; i++) {
         close(launch->fds[i]);
     }
@@ -387,7 +448,8 @@ static void __attribute__((noreturn)) supervise_sandboxed(const struct launch *l
     if (received == NULL) {
         /* Out of memory: what the child said is lost, so it is not known to have started. */
         report(status_fd, "E launcher %d %s\n", ENOMEM, strerror(ENOMEM));
-        reap(-1, status_fd, 0);
+        close(exit_fds[0]);
+        reap(-1, status_fd, 0, -1);
         _exit(0);
     }
     received[used] = '\0';
@@ -421,7 +483,11 @@ static void __attribute__((noreturn)) supervise_sandboxed(const struct launch *l
         report(status_fd, "S %d %d\n", (int)child, (int)getpid());
     }
     free(received);
-    reap(child, status_fd, failure == NULL);
+    if (failure != NULL) {
+        close(exit_fds[0]);
+        exit_fds[0] = -1;
+    }
+    reap(child, status_fd, failure == NULL, exit_fds[0]);
     _exit(0);
 }
 
@@ -487,14 +553,14 @@ static void supervise(const struct launch *launch) {
         &command, launch->executable, &actions, &attributes, launch->argv, launch->envp);
     if (error != 0) {
         fail(launch, "exec", error);
-        reap(-1, status_fd, 0);
+        reap(-1, status_fd, 0, -1);
         _exit(0);
     }
     for (int i = 1; i < 4; i++) {
         close(launch->fds[i]);
     }
     report(status_fd, "S %d %d\n", (int)command, (int)getpid());
-    reap(command, status_fd, 1);
+    reap(command, status_fd, 1, -1);
     _exit(0);
 }
 

@@ -7,12 +7,14 @@
  * Layers, in this order (each failure ends the child with "<stage> <errno> <detail>" on the
  * error pipe; nothing runs):
  *
- *   limits        join the command's cgroups, OOM score, lower rlimits
+ *   limits        join the command's cgroups, OOM score, lower rlimits (with namespaces,
+ *                 PID 1 joins the cgroups as its first step, see below)
  *   network       join the session's network namespace (before a user namespace could void
  *                 the capability setns needs), checked against the planned inode
  *   namespaces    unshare user (not root), mount, PID, IPC and, network off, network; the
  *                 uid/gid maps; RLIMIT_NPROC inside the user namespace
- *   (fork)        PID 1 of the new PID namespace; the outer child relays its exit status
+ *   (fork)        PID 1 of the new PID namespace; the outer child relays its exit status,
+ *                 early (see sandbox_launch)
  *   mounts        private propagation, read-only root, the planned binds and masks in order,
  *                 a private /dev, /dev/shm, a fresh /proc with its masks
  *   chdir
@@ -598,10 +600,23 @@ static void lower_rlimit(uint32_t resource, uint64_t value) {
     CHECK("limits", setrlimit((int)resource, &wanted));
 }
 
-static void enter_limits(const struct sandbox *sandbox) {
+static void join_cgroups(const struct sandbox *sandbox) {
     for (size_t i = 0; i < sandbox->cgroups.count; i++) {
         /* This process is single-threaded: a v1 "tasks" file moves all of it. */
         CHECK("limits", write_text(sandbox->cgroups.items[i], "0"));
+    }
+}
+
+/* Whether PID 1 joins the command's cgroups instead of the outer child, which then reports
+ * the exit early (sandbox_launch). Not in a user namespace: moving a process into a cgroup
+ * from inside one is a permission path this launcher does not rely on. */
+static int pid1_joins_cgroups(const struct sandbox *sandbox) {
+    return sandbox->has_namespaces && !sandbox->user;
+}
+
+static void enter_limits(const struct sandbox *sandbox) {
+    if (!pid1_joins_cgroups(sandbox)) {
+        join_cgroups(sandbox);
     }
     if (sandbox->has_oom_score_adj) {
         char text[32];
@@ -1379,7 +1394,14 @@ static int exit_code(int status) {
  * PID 1 and spawning the command (which inherits every layer) saves a fork. */
 static void __attribute__((noreturn)) namespace_init(const struct sandbox *sandbox,
                                                      const struct sandbox_command *command,
-                                                     const unsigned long long *before) {
+                                                     const unsigned long long *before,
+                                                     int exit_fd) {
+    if (exit_fd >= 0) {
+        close(exit_fd); /* the outer child's alone: nothing in here may speak for the exit */
+    }
+    if (pid1_joins_cgroups(sandbox)) {
+        join_cgroups(sandbox); /* first: everything the command becomes is counted and capped */
+    }
     prctl(PR_SET_NAME, (unsigned long)"executor-init", 0, 0, 0); /* what ps and top show */
     if (apply_mounts(sandbox, command->tty) < 0) {
         die_errno("mounts");
@@ -1423,6 +1445,10 @@ static void __attribute__((noreturn)) namespace_init(const struct sandbox *sandb
     }
     forward_to = child;
     close(error_pipe);
+    /* PID 1 needs no stdio of its own: the command's output ends when the command's does. */
+    for (int fd = 0; fd < 3; fd++) {
+        close(fd);
+    }
     struct sigaction action;
     memset(&action, 0, sizeof action);
     action.sa_handler = forward;
@@ -1472,12 +1498,16 @@ static void __attribute__((noreturn)) exec_confined(const struct sandbox *sandbo
 }
 
 void sandbox_launch(const struct sandbox *sandbox, const struct sandbox_command *command,
-                    int error_fd) {
+                    int error_fd, int exit_fd) {
     error_pipe = error_fd;
     reset_signals();
     enter_limits(sandbox); /* first: everything the command becomes is counted and capped */
     if (!sandbox->has_namespaces) {
-        exec_confined(sandbox, command);
+        exec_confined(sandbox, command); /* exit_fd is close-on-exec: EOF, no early exit */
+    }
+    if (!pid1_joins_cgroups(sandbox) && exit_fd >= 0) {
+        close(exit_fd); /* in the command's cgroups until it has exited: no early report */
+        exit_fd = -1;
     }
     unsigned long long before[NS_COUNT];
     if (namespace_inodes(before) < 0) {
@@ -1493,9 +1523,14 @@ void sandbox_launch(const struct sandbox *sandbox, const struct sandbox_command 
         die_errno("namespaces");
     }
     if (init == 0) {
-        namespace_init(sandbox, command, before);
+        namespace_init(sandbox, command, before, exit_fd);
     }
     close(error_pipe);
+    /* Nor does this process: closed now, not when its exit has torn the namespaces down (a
+     * dying process's last descriptors are released after its namespaces). */
+    for (int fd = 0; fd < 3; fd++) {
+        close(fd);
+    }
     for (size_t i = 0; i < COUNT(FORWARDED); i++) {
         signal(FORWARDED[i], SIG_IGN); /* PID 1 is in our group and gets them itself */
     }
@@ -1507,6 +1542,17 @@ void sandbox_launch(const struct sandbox *sandbox, const struct sandbox_command 
             }
             _exit(255);
         }
-        _exit(exit_code(status));
+        int code = exit_code(status);
+        if (exit_fd >= 0) {
+            /* PID 1 is reaped: the kernel ended every other process of its namespace before
+             * that, and none of them was in a cgroup of the command's that this process is
+             * in (PID 1 joined them, not this one). The tree has ended, so the exit is
+             * reported now; this process's own exit, which tears the namespaces down (~1-2
+             * ms), no longer delays it. The supervisor falls back to this process's wait
+             * status if the report does not arrive whole. */
+            int reported = W_EXITCODE(code, 0);
+            write_all(exit_fd, (const char *)&reported, sizeof reported);
+        }
+        _exit(code);
     }
 }

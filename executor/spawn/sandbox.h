@@ -82,10 +82,13 @@ void sandbox_free(struct sandbox *sandbox);
  * reader is gone). Used by the launcher's status lines too. */
 void write_all(int fd, const char *text, size_t size);
 
-/* In the freshly forked child, with stdio at 0..2 and `error_fd` the only other descriptor:
- * apply the layers, verify them, run the command. Never returns; failures are written to
- * `error_fd` as "<stage> <errno> <detail>\n", observations as "+<observed>\n". */
+/* In the freshly forked child, with stdio at 0..2 and `error_fd` and `exit_fd` (close-on-exec
+ * both) the only other descriptors: apply the layers, verify them, run the command. Never
+ * returns; failures are written to `error_fd` as "<stage> <errno> <detail>\n", observations
+ * as "+<observed>\n". Once PID 1 of the namespaces is reaped (the command's whole tree is
+ * gone), its wait status (an int, native byte order) is written to `exit_fd` before this
+ * process exits, when it can be (sandbox.c); `exit_fd` otherwise just closes. -1: none. */
 void sandbox_launch(const struct sandbox *sandbox, const struct sandbox_command *command,
-                    int error_fd) __attribute__((noreturn));
+                    int error_fd, int exit_fd) __attribute__((noreturn));
 
 #endif

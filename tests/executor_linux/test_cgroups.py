@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from executor_linux import launch_spec
+from executor_linux.backend import LinuxBackend
 from executor_linux.cgroups import (
     CgroupSupport,
     CommandCgroups,
@@ -17,7 +21,10 @@ from executor_linux.cgroups import (
 )
 from executor_linux.resources import limit_mechanisms, plan_limits
 
-from executor.sandbox import ResourceLimits
+from executor.protocol.intent import Access
+from executor.sandbox import Command, NetworkMode, PathRule, ResourceLimits, RuleSet
+from executor.spawn.spawner import Spawner
+from tests.executor_linux.conftest import LAUNCH_ENV, linux_sandbox_available
 from tests.support.enforcement import skip_unless
 
 HYBRID_CGROUP = """\
@@ -181,3 +188,148 @@ def test_real_command_cgroups_are_created_limited_and_removed() -> None:
             leftover.kill()
             leftover.wait()
     assert [d for d in directories if d.exists()] == []
+
+
+@pytest.mark.enforcement
+def test_when_exit_and_end_of_output_are_reported_nothing_is_left_in_the_cgroups(
+    tmp_path: Path,
+) -> None:
+    """A sandboxed command leaves a process behind in its namespaces and exits 4. By the time
+    the launcher has reported the exit and the output has ended, which may be before the
+    namespaces are torn down (``sandbox.c`` reports early), that process is gone and no
+    process of the launch is left in the command's cgroups: release removes them at once,
+    without killing anything."""
+    support = cgroup_support()
+    skip_unless(
+        {"pids", "memory"} <= set(support.hierarchies),
+        "pids and memory cgroups the daemon can create are needed",
+    )
+    skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
+    rules = RuleSet(
+        filesystem_restricted=True,
+        rules=(PathRule("/", Access.READ), PathRule(str(tmp_path), Access.WRITE)),
+        network=NetworkMode.RESTRICTED,
+    )
+    script = "cat /proc/self/cgroup; sleep 30 >/dev/null 2>&1 & sleep 0.2; exit 4"
+    command = Command(executable="/bin/sh", argv=("sh", "-c", script), env={}, cwd="/", tty=False)
+    plan = LinuxBackend(state_dir=str(tmp_path / "state")).prepare(rules, command)
+    assert plan.setup is not None and plan.release is not None
+    spec = launch_spec.decode(plan.setup.payload)
+    assert spec.limits is not None
+    directories = [Path(join).parent for join in spec.limits.cgroups]
+    assert len(directories) == 2
+
+    async def run() -> tuple[int, bytes, list[str], str]:
+        request = replace(command, setup=plan.setup)
+        read_end, write_end = os.pipe()
+        spawner = Spawner()
+        try:
+            launch = spawner.launch(request, (0, write_end, write_end))
+            os.close(write_end)
+            outer, _supervisor = await launch.started
+            # The launcher's outer child, which holds the namespaces until it exits.
+            outer_cgroups = Path(f"/proc/{outer}/cgroup").read_text()
+            status = await launch.exited
+            # At once: a process of the launch still in there now (its namespaces being torn
+            # down) would be gone a moment later.
+            left = [(d / join).read_text() for d in directories for join in _JOINS]
+            output = await asyncio.to_thread(_read_to_end, read_end)
+            return status, output, left, outer_cgroups
+        finally:
+            os.close(read_end)
+            spawner.close()
+
+    try:
+        status, output, left, outer_cgroups = asyncio.run(run())
+    finally:
+        plan.release()
+    assert os.waitstatus_to_exitcode(status) == 4
+    if os.environ.get(LAUNCH_ENV) == "native":
+        # It reports the exit before its own exit tears the namespaces down: it must not be
+        # in the command's cgroups (PID 1 joins them), or release would find it there.
+        assert all(str(d).split("/executor/")[-1] not in outer_cgroups for d in directories)
+    assert all(str(d).split("/executor/")[-1] in output.decode() for d in directories), output
+    assert not any(text.strip() for text in left), left
+    assert [d for d in directories if d.exists()] == []
+
+
+_JOINS = ("tasks", "cgroup.procs")
+
+
+def _read_to_end(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _ours(support: CgroupSupport) -> set[Path]:
+    """This process's command cgroups, in every hierarchy."""
+    bases = {Path(h.base) for h in support.hierarchies.values()}
+    return {path for base in bases for path in base.glob(f"{os.getpid()}-*")}
+
+
+@pytest.mark.enforcement
+def test_a_spare_is_made_ahead_on_the_loop_used_once_and_never_when_touched() -> None:
+    """In a daemon (a running event loop), the loop's next turn after a launch makes one
+    spare set for the same limits, and the next launch takes it. A spare something joined
+    meanwhile is not handed out (removed, its process killed), nor one made for other
+    limits; the last spare goes with ``drop_spare`` (at exit)."""
+    support = cgroup_support()
+    skip_unless(
+        {"pids", "memory"} <= set(support.hierarchies),
+        "pids and memory cgroups the daemon can create are needed",
+    )
+    cgroups = CommandCgroups(support)
+    limits = ResourceLimits(processes=8, memory=64 << 20)
+    before = _ours(support)
+    per_set = len({h.base for h in support.hierarchies.values()})  # v2: one for both
+
+    async def scenario() -> None:
+        first = cgroups.create(limits)
+        assert first is not None
+        mine = {Path(d) for d in first.directories.values()}
+        await asyncio.sleep(0)
+        spare = _ours(support) - before - mine
+        assert len(spare) == per_set, spare
+        second = cgroups.create(limits)
+        assert second is not None and {Path(d) for d in second.directories.values()} == spare
+        await asyncio.sleep(0)
+        touched = _ours(support) - before - mine - spare
+        assert len(touched) == per_set
+        joins = "; ".join(f"echo 0 > {d}/{_join_file(support, d)}" for d in touched)
+        joined = subprocess.Popen(["sh", "-c", f"{joins}; exec sleep 30"])
+        try:
+            pids = next(d for d in touched if str(d).startswith(support.hierarchies["pids"].base))
+            deadline = time.monotonic() + 10
+            while str(joined.pid) not in (pids / "cgroup.procs").read_text().split():
+                assert time.monotonic() < deadline, "the process never joined the spare"
+                time.sleep(0.01)
+            third = cgroups.create(limits)
+            assert third is not None
+            assert not {Path(d) for d in third.directories.values()} & touched
+            assert joined.wait(timeout=10) == -9
+            assert [d for d in touched if d.exists()] == []
+        finally:
+            if joined.poll() is None:
+                joined.kill()
+                joined.wait()
+        await asyncio.sleep(0)
+        other = cgroups.create(ResourceLimits(processes=9, memory=64 << 20))
+        assert other is not None
+        assert (Path(other.directories["pids"]) / "pids.max").read_text().strip() == "9"
+        await asyncio.sleep(0)
+        for group in (first, second, third, other):
+            group.release()
+
+    asyncio.run(scenario())
+    assert len(_ours(support) - before) == per_set  # the spare for the last limits
+    cgroups.drop_spare()
+    assert _ours(support) - before == set()
+
+
+def _join_file(support: CgroupSupport, directory: Path) -> str:
+    version = next(
+        h.version for h in support.hierarchies.values() if str(directory).startswith(h.base)
+    )
+    return "tasks" if version == 1 else "cgroup.procs"

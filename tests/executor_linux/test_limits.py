@@ -21,7 +21,12 @@ from typing import Any
 
 import pytest
 
-from tests.executor_linux.conftest import UNPRIVILEGED_UID, as_user, linux_sandbox_available
+from tests.executor_linux.conftest import (
+    LAUNCH_ENV,
+    UNPRIVILEGED_UID,
+    as_user,
+    linux_sandbox_available,
+)
 from tests.support.client import output_of
 from tests.support.daemon import RunningDaemon, executor_command
 from tests.support.enforcement import skip_unless
@@ -44,8 +49,14 @@ open_files = {LIMIT}
 file_size = "1MiB"
 cpu_time = 1
 """
-#: The sandbox's own processes count too: the launcher's outer child, PID 1, the probe.
-LAUNCHER_TASKS = 3
+
+
+def launcher_tasks(*, user_namespace: bool = False) -> int:
+    """The sandbox's own processes the process limit counts: PID 1 and the probe, and the
+    launcher's outer child unless the native launcher's PID 1 joined the cgroups in its place
+    (``sandbox.c``: not in a user namespace, where the outer child still joins them)."""
+    native = os.environ.get(LAUNCH_ENV) == "native"
+    return 2 if native and not user_namespace else 3
 
 
 def cgroups_usable() -> bool:
@@ -169,10 +180,11 @@ def run(
     return Ran(process.pid, process.returncode, stdout, stderr)
 
 
-def assert_bomb_capped(report: dict[str, Any]) -> None:
+def assert_bomb_capped(report: dict[str, Any], *, user_namespace: bool = False) -> None:
     """The bomb was refused fork at the limit, after getting close to it."""
     assert report["refused"], report
-    assert LIMIT - LAUNCHER_TASKS - 8 <= report["processes"] <= LIMIT - LAUNCHER_TASKS, report
+    tasks = launcher_tasks(user_namespace=user_namespace)
+    assert LIMIT - tasks - 8 <= report["processes"] <= LIMIT - tasks, report
 
 
 def leftover_cgroups(pid: int) -> list[Path]:
@@ -181,6 +193,15 @@ def leftover_cgroups(pid: int) -> list[Path]:
 
     bases = {Path(h.base) for h in cgroup_support().hierarchies.values()}
     return [path for base in bases for path in base.glob(f"{pid}-*")]
+
+
+def leftover_beyond_a_spare(pid: int) -> list[Path]:
+    """``leftover_cgroups`` of a daemon, but for the one spare set a daemon keeps made ahead
+    for the next launch (``cgroups.py``): at most one per hierarchy, and empty."""
+    left = leftover_cgroups(pid)
+    if len({path.parent for path in left}) != len(left):
+        return left  # more than one in a hierarchy: a command's is among them
+    return [path for path in left if (path / "cgroup.procs").read_text().strip()]
 
 
 # --- executor run, with cgroups ---------------------------------------------------------------
@@ -257,7 +278,7 @@ def test_unprivileged_fork_bomb_counts_only_its_own_sandbox(sandbox: None) -> No
         ran = run(stage, "forkbomb", user=UNPRIVILEGED_UID, verbose=True)
         assert ran.returncode == 0, ran.stderr
         assert "rlimit: processes=64" in ran.stderr, ran.stderr
-        assert_bomb_capped(ran.report())
+        assert_bomb_capped(ran.report(), user_namespace=True)
     finally:
         for process in outside:
             process.kill()
@@ -269,8 +290,9 @@ def test_unprivileged_fork_bomb_counts_only_its_own_sandbox(sandbox: None) -> No
 
 
 @pytest.fixture(scope="module")
-def daemon(cgroups: None) -> Iterator[tuple[RunningDaemon, Stage]]:
-    """A daemon whose operator lowered the limits of every sandboxed command."""
+def daemon(cgroups: None, sandbox_launch: str) -> Iterator[tuple[RunningDaemon, Stage]]:
+    """A daemon whose operator lowered the limits of every sandboxed command (one per
+    launcher: without naming ``sandbox_launch`` pytest would keep the first one's daemon)."""
     built = make_stage()
     running = RunningDaemon(
         ["--limit", f"processes={LIMIT}", "--limit", "memory=128MiB"],
@@ -336,7 +358,7 @@ def test_daemon_serves_others_while_a_command_fork_bombs(
         exited = [e for e in closed if e["method"] == "process/exited"]
         assert exited and exited[0]["params"]["exitCode"] == 0
     assert running.process.poll() is None
-    assert leftover_cgroups(running.pid) == []
+    assert leftover_beyond_a_spare(running.pid) == []
 
 
 def test_daemon_survives_a_memory_hog(daemon: tuple[RunningDaemon, Stage]) -> None:
@@ -351,4 +373,4 @@ def test_daemon_survives_a_memory_hog(daemon: tuple[RunningDaemon, Stage]) -> No
         assert exited and exited[0]["params"]["exitCode"] == 137
         assert echo(neighbour, stage, "fine") == b"fine\n"
     assert running.process.poll() is None
-    assert leftover_cgroups(running.pid) == []
+    assert leftover_beyond_a_spare(running.pid) == []
