@@ -293,6 +293,24 @@ MUTATIONS = (
         "    if (op->op == 's') {\n        return mask_socket(op->path, empty_fd);\n",
         "    if (op->op == 's') {\n        return 0;\n",
     ),
+    Mutation(
+        "native: exit reported early from inside the command's cgroups",
+        NATIVE,
+        "    if (!pid1_joins_cgroups(sandbox)) {\n        join_cgroups(sandbox);\n    }\n",
+        "    join_cgroups(sandbox);\n",
+    ),
+    Mutation(
+        "reused rule set: host answers not asked again",
+        "executor/sandbox/memo.py",
+        "        if entry is not None and _still_answers(host, entry[1]):\n",
+        "        if entry is not None:\n",
+    ),
+    Mutation(
+        "spare cgroup handed out though something joined it",
+        f"{LINUX}/cgroups.py",
+        "        if made_for == limits and all(_unused(join) for join in group.joins):\n",
+        "        if made_for == limits:\n",
+    ),
 )
 
 

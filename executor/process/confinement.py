@@ -29,7 +29,7 @@ from executor.sandbox.command import Command
 from executor.sandbox.hostview import HostView
 from executor.sandbox.limits import ResourceLimits, default_limits
 from executor.sandbox.manager import SandboxManager
-from executor.sandbox.materialize import materialize
+from executor.sandbox.memo import MaterializeMemo
 from executor.sandbox.network import NetworkAccess, NetworkPolicy
 from executor.sandbox.purpose import Purpose
 from executor.sandbox.rules import RuleSet
@@ -131,10 +131,12 @@ class SandboxConfinement:
         #: Full-network sandboxes may reach the host's loopback (the operator opted out of
         #: loopback isolation); otherwise a backend must isolate it or the command is refused.
         self.shared_loopback = shared_loopback
+        #: Rule sets of recent launches, reused while the host answers as it did (``memo.py``).
+        self.memo = MaterializeMemo()
 
     def rules_for(self, intent: SandboxIntent, command: Command) -> RuleSet | None:
         """Materialized rules of ``intent`` for ``command`` (None: sandbox disabled)."""
-        rules = materialize(
+        rules = self.memo.materialize(
             intent,
             self.host,
             purpose=Purpose.PROCESS,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 from executor.errors import SandboxUnavailable
@@ -42,6 +44,7 @@ class LinuxBackend:
     def __init__(self, state_dir: str | None = None) -> None:
         self.state_dir = state_dir
         self.placeholders = Placeholders(lambda: lock_directory(self._state_dir()))
+        self._filesystem_plans = _FilesystemPlans()
 
     def probe(self, host: HostInfo) -> BackendStatus:
         """Which layers work here, and so which features this backend enforces."""
@@ -119,7 +122,7 @@ class LinuxBackend:
         layers: list[str] = []
         release = None
         namespaces = None
-        mounts = plan.mount_plan(rules) if use_namespaces and rules.filesystem_restricted else None
+        mounts, ruleset = self._filesystem_plans.get(rules, support.landlock_abi, use_namespaces)
         masked_sockets: tuple[str, ...] = ()
         if use_namespaces:
             staging = plan.staging_dir(self._state_dir())
@@ -156,14 +159,6 @@ class LinuxBackend:
             if mounts is not None and mounts.placeholders:
                 release = self.placeholders.acquire(mounts.placeholders)
         layers.append("no_new_privs")
-        private_shm = bool(mounts and mounts.private_shm)
-        ruleset = (
-            plan.landlock_plan(
-                rules, support.landlock_abi, private_shm=private_shm, private_dev=mounts is not None
-            )
-            if support.landlock_abi
-            else None
-        )
         if ruleset is not None:
             layers.append(f"landlock({ruleset.describe()})")
         elif rules.filesystem_restricted and not use_namespaces:
@@ -230,6 +225,52 @@ class LinuxBackend:
         staging = plan.staging_dir(self.state_dir)
         os.makedirs(staging, mode=0o700, exist_ok=True)
         return self.state_dir
+
+
+FilesystemPlan = tuple[plan.MountPlan | None, plan.LandlockPlan | None]
+
+
+def filesystem_plan(rules: RuleSet, abi: int, use_namespaces: bool) -> FilesystemPlan:
+    """The mounts (in a private mount namespace) and the Landlock ruleset that enforce
+    ``rules`` (``plan.py``)."""
+    mounts = plan.mount_plan(rules) if use_namespaces and rules.filesystem_restricted else None
+    private_shm = bool(mounts and mounts.private_shm)
+    ruleset = (
+        plan.landlock_plan(rules, abi, private_shm=private_shm, private_dev=mounts is not None)
+        if abi
+        else None
+    )
+    return mounts, ruleset
+
+
+class _FilesystemPlans:
+    """``filesystem_plan`` of recent rule sets: a pure function of them, so an equal rule set
+    (the next launch of the same sandbox) gets the same plans. Not kept when the plan read
+    the host (Landlock without a private ``/dev`` lists ``/``, which may change)."""
+
+    def __init__(self, size: int = 32) -> None:
+        self._size = size
+        self._plans: OrderedDict[Hashable, FilesystemPlan] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, rules: RuleSet, abi: int, use_namespaces: bool) -> FilesystemPlan:
+        pure = not rules.filesystem_restricted or use_namespaces
+        key = (rules, abi, use_namespaces)
+        try:
+            with self._lock:
+                found = self._plans.get(key) if pure else None
+                if found is not None:
+                    self._plans.move_to_end(key)
+                    return found
+        except TypeError:  # unhashable rules: planned every time
+            pure = False
+        planned = filesystem_plan(rules, abi, use_namespaces)
+        if pure:
+            with self._lock:
+                self._plans[key] = planned
+                while len(self._plans) > self._size:
+                    self._plans.popitem(last=False)
+        return planned
 
 
 def _session_netns(route: NetworkRoute, support: HostSupport, rules: RuleSet) -> tuple[str, int]:

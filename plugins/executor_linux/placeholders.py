@@ -79,6 +79,16 @@ class Placeholders:
     def acquire(self, paths: Iterable[str]) -> Callable[[], None]:
         """Make sure each path exists; returns the release callback."""
         wanted = list(dict.fromkeys(paths))
+        with self._lock:
+            if all(path in self._counts or path in self._idle for path in wanted):
+                # Every one is held by this process already (in use, or lingering): nothing
+                # to create, and no other process removes what this one holds, so the
+                # cross-process mutex (contended by every executor of the user) is not taken.
+                for path in wanted:
+                    if self._idle.pop(path, None) is not None:
+                        self._counts[path] = 0
+                    self._counts[path] = self._counts.get(path, 0) + 1
+                return self._releaser(wanted)
         with self._lock, self._batch() as (use, record):
             for path in wanted:
                 if self._idle.pop(path, None) is not None:
@@ -99,13 +109,16 @@ class Placeholders:
                     os.write(record, "".join(f"{c}\n" for c in created).encode())
             for path in wanted:
                 self._counts[path] = self._counts.get(path, 0) + 1
+        return self._releaser(wanted)
+
+    def _releaser(self, paths: list[str]) -> Callable[[], None]:
         released = False
 
         def release() -> None:
             nonlocal released
             if not released:
                 released = True
-                self._release(wanted)
+                self._release(paths)
 
         return release
 
