@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from executor_linux.backend import _FilesystemPlans, filesystem_plan
 
 from executor.process.confinement import SandboxConfinement
-from executor.protocol.intent import parse_sandbox
-from executor.sandbox import Command, HostInfo
+from executor.protocol.intent import Access, parse_sandbox
+from executor.sandbox import Command, HostInfo, PathKind, PathRule, RuleSet
 from executor.sandbox.host import LocalHost
 from executor.sandbox.manager import SandboxManager, get_plugin_manager
 from executor.spawn.spawner import Spawner
@@ -126,3 +128,33 @@ def test_a_workspace_swapped_for_a_symlink_between_two_launches_is_not_granted(
             outcomes.append((-1, type(exc).__name__.encode()))
     assert outcomes[0] == outcomes[1], outcomes
     assert not (tmp_path / "moved" / "notes2").exists()
+
+
+def test_filesystem_plans_are_reused_for_an_equal_rule_set_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The backend's mounts and Landlock ruleset of a rule set serve an equal one (the next
+    launch of the same sandbox), never another; and never when planning read the host
+    (without namespaces, Landlock lists ``/`` to leave ``/dev`` out)."""
+    plans = _FilesystemPlans()
+    rules = RuleSet(
+        filesystem_restricted=True,
+        rules=(
+            PathRule("/", Access.READ, kind=PathKind.DIRECTORY),
+            PathRule(str(tmp_path), Access.WRITE, kind=PathKind.DIRECTORY),
+        ),
+    )
+    first = plans.get(rules, 7, True)
+    assert plans.get(replace(rules), 7, True) is first
+    other = replace(rules, rules=rules.rules[:1])
+    assert plans.get(other, 7, True) == filesystem_plan(other, 7, True) != first
+    entries = ["bin", "dev", "usr"]
+    real_listdir = os.listdir
+    monkeypatch.setattr(
+        os, "listdir", lambda path=".": list(entries) if path == "/" else real_listdir(path)
+    )
+    _mounts, before = plans.get(rules, 7, False)
+    entries.append("opt")
+    _mounts, after = plans.get(rules, 7, False)
+    assert before is not None and after is not None
+    assert "/opt" in dict(after.grants) and "/opt" not in dict(before.grants)
