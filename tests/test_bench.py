@@ -283,6 +283,25 @@ def test_the_blocking_client_times_requests_and_fragmented_messages(our_target: 
 
 
 @pytest.mark.slow
+def test_the_floor_answers_the_blocking_client() -> None:
+    """``bench/floor.py`` (a round trip's floor) speaks enough WebSocket for ``rpc.roundtrip``."""
+    floor = DaemonProcess(
+        f"{sys.executable} {ROOT / 'bench' / 'floor.py'} serve --listen ws://127.0.0.1:{{port}}"
+    )
+    floor.start()
+    try:
+        client = BlockingClient(floor.url)
+        try:
+            frames = [client.request_frame("environment/status") for _ in range(20)]
+            samples = client.roundtrips(frames)
+        finally:
+            client.close()
+    finally:
+        floor.stop()
+    assert len(samples) == 20 and all(sample > 0 for sample in samples)
+
+
+@pytest.mark.slow
 def test_scale_cases_at_a_tiny_size(our_target: Target) -> None:
     async def scenario() -> tuple[dict[str, float], dict[str, float]]:
         streamed = await scale.streams(our_target, 3, total=3 * 65536)
