@@ -300,6 +300,12 @@ MUTATIONS = (
         "    join_cgroups(sandbox);\n",
     ),
     Mutation(
+        "native: a launch prepared ahead kept when the mounts change",
+        "executor/spawn/launcher.c",
+        "            drop_prepared(ready); /* its copy of the mount table is stale */\n",
+        "",
+    ),
+    Mutation(
         "reused rule set: host answers not asked again",
         "executor/sandbox/memo.py",
         "        if entry is not None and _still_answers(host, entry[1]):\n",

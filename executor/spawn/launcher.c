@@ -23,7 +23,11 @@
  * A plain command is started with posix_spawn. A sandboxed one is forked with an error pipe
  * (close-on-exec): the child applies the layers (sandbox.c, the same stages as
  * plugins/executor_linux/launcher.py) and reports a failed stage, or what it observed, there;
- * the supervisor relays that and reports the start when the pipe closes.
+ * the supervisor relays that and reports the start when the pipe closes. An exit pipe brings
+ * the exit early, before the child's own exit tears its namespaces down (sandbox.h). After a
+ * sandboxed launch with the usual namespaces (network off, no user namespace) the next one's
+ * supervisor and child are prepared ahead, namespaces made, for a while ("a sandboxed launch
+ * prepared ahead" below).
  *
  * Why native: this machine's kind of VM makes fork() cost ~0.1 ms for a small C process but
  * ~0.7 ms for the Python launcher server (page tables and copy-on-write faults of a 13 MB
@@ -50,6 +54,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sandbox.h"
@@ -346,7 +351,8 @@ static void fail(const struct launch *launch, const char *stage, int error) {
 /* The sandboxed command's child: stdio at 0..2, the error pipe at 3 and the exit pipe at 4 the
  * only other descriptors, then sandbox.c applies the layers. Never returns. */
 static void __attribute__((noreturn)) sandboxed_child(const struct launch *launch, int error_fd,
-                                                      int exit_fd) {
+                                                      int exit_fd,
+                                                      const unsigned long long *prepared) {
     int high[5];
     const int sources[5] = {launch->fds[1], launch->fds[2], launch->fds[3], error_fd, exit_fd};
     for (int i = 0; i < 5; i++) {
@@ -381,15 +387,17 @@ static void __attribute__((noreturn)) sandboxed_child(const struct launch *launc
         .envp = launch->envp,
         .tty = launch->tty,
     };
-    sandbox_launch(&launch->sandbox, &command, 3, 4);
+    sandbox_launch(&launch->sandbox, &command, 3, 4, prepared);
 }
+
+static void __attribute__((noreturn)) relay_sandboxed(const struct launch *launch, pid_t child,
+                                                      int error_read, int exit_fds[2]);
 
 /* The supervisor of a sandboxed command (zygote.py: _supervise with a setup hook): fork the
  * child, relay what it reports on the error pipe until that closes (its execve, or PID 1's
  * spawn of the command), then the start, the exit (early, from the exit pipe, when the child
  * reports it there) and the end. */
 static void __attribute__((noreturn)) supervise_sandboxed(const struct launch *launch) {
-    int status_fd = launch->fds[0];
     int pipe_fds[2];
     int exit_fds[2];
     if (pipe2(pipe_fds, O_CLOEXEC) < 0) {
@@ -404,17 +412,30 @@ static void __attribute__((noreturn)) supervise_sandboxed(const struct launch *l
     if (child == 0) {
         close(pipe_fds[0]);
         close(exit_fds[0]);
-        sandboxed_child(launch, pipe_fds[1], exit_fds[1]);
+        sandboxed_child(launch, pipe_fds[1], exit_fds[1], NULL);
     }
     int fork_error = errno;
     close(pipe_fds[1]);
     close(exit_fds[1]);
-    for (int i = 1; i < 4; i++) {
-        close(launch->fds[i]);
-    }
     if (child < 0) {
+        for (int i = 1; i < 4; i++) {
+            close(launch->fds[i]);
+        }
         fail(launch, "fork", fork_error);
         _exit(0);
+    }
+    relay_sandboxed(launch, child, pipe_fds[0], exit_fds);
+}
+
+/* The rest of a sandboxed launch's supervision, once its child runs: relay what the child
+ * reports on the error pipe until that closes, then the start, the exit and the end.
+ * `exit_fds[0]` is the exit pipe's read end. */
+static void __attribute__((noreturn)) relay_sandboxed(const struct launch *launch, pid_t child,
+                                                      int error_read, int exit_fds[2]) {
+    int status_fd = launch->fds[0];
+    int pipe_fds[2] = {error_read, -1};
+    for (int i = 1; i < 4; i++) {
+        close(launch->fds[i]);
     }
     size_t capacity = 4096;
     size_t used = 0;
@@ -693,6 +714,273 @@ static int parse(char *payload, uint32_t length, struct launch *launch, const ch
     return 0;
 }
 
+/* --- a sandboxed launch prepared ahead ---------------------------------------------------------
+ *
+ * For a while after a sandboxed launch whose namespaces sandbox_prepare can make (mount, PID,
+ * IPC, a new network namespace; no user namespace), the launcher keeps the next one's
+ * supervisor and outer child forked, the namespaces already unshared; a matching request is
+ * handed to them (the launcher's control-socket format: length, payload, the four descriptors
+ * on its first bytes), saving two forks and the unshare. It is dropped (killed) when it has
+ * waited PREPARED_KEEP_MS (its mount namespace is a copy of the host's: it must not pin the
+ * host's mounts while idle) and as soon as the host's mount table changes (a copy made before
+ * a mount or unmount is stale), which /proc/self/mountinfo signals with POLLPRI. Anything
+ * going wrong on the way (the prepared processes gone) falls back to the usual launch. */
+
+enum { PREPARE_AFTER_MS = 10, PREPARED_KEEP_MS = 2000 };
+
+struct prepared {
+    pid_t supervisor; /* 0: none */
+    int sock;         /* the launcher's end of the supervisor's socket */
+    long long since;
+};
+
+static long long now_ms(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+/* One request on `sock`, in the control socket's format, `fds` riding on its first bytes. */
+static int send_request(int sock, const char *payload, uint32_t length, const int *fds,
+                        int count) {
+    unsigned char header[4] = {(unsigned char)(length >> 24), (unsigned char)(length >> 16),
+                               (unsigned char)(length >> 8), (unsigned char)length};
+    union {
+        char buffer[CMSG_SPACE(MAX_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } ancillary;
+    memset(&ancillary, 0, sizeof ancillary);
+    struct iovec vector = {.iov_base = header, .iov_len = sizeof header};
+    struct msghdr message = {
+        .msg_iov = &vector,
+        .msg_iovlen = 1,
+        .msg_control = ancillary.buffer,
+        .msg_controllen = CMSG_SPACE((size_t)count * sizeof(int)),
+    };
+    struct cmsghdr *part = CMSG_FIRSTHDR(&message);
+    part->cmsg_level = SOL_SOCKET;
+    part->cmsg_type = SCM_RIGHTS;
+    part->cmsg_len = CMSG_LEN((size_t)count * sizeof(int));
+    memcpy(CMSG_DATA(part), fds, (size_t)count * sizeof(int));
+    ssize_t sent;
+    do {
+        sent = sendmsg(sock, &message, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    if (sent != (ssize_t)sizeof header) {
+        return -1;
+    }
+    while (length > 0) {
+        ssize_t written = send(sock, payload, length, MSG_NOSIGNAL);
+        if (written < 0 && errno == EINTR) {
+            continue;
+        }
+        if (written <= 0) {
+            return -1;
+        }
+        payload += written;
+        length -= (uint32_t)written;
+    }
+    return 0;
+}
+
+/* The prepared outer child: make the namespaces, then wait for its launch (the payload, and
+ * stdin, stdout, stderr, the error and the exit pipes' write ends). Dies with its supervisor
+ * until then. */
+static void __attribute__((noreturn)) prepared_child(int sock, pid_t supervisor) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != supervisor) {
+        _exit(0);
+    }
+    unsigned long long before[SANDBOX_NS_COUNT];
+    if (sandbox_prepare(before) < 0) {
+        _exit(127); /* the supervisor's hand-over fails: it launches as usual */
+    }
+    char *payload = NULL;
+    uint32_t length = 0;
+    int fds[MAX_FDS];
+    int fd_count = 0;
+    if (receive(sock, &payload, &length, fds, &fd_count) < 0) {
+        _exit(0);
+    }
+    if (fd_count != 5) {
+        _exit(127);
+    }
+    prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0); /* from here a launch's child like any other */
+    struct launch launch;
+    memset(&launch, 0, sizeof launch);
+    launch.fds[0] = -1;
+    memcpy(launch.fds + 1, fds, 3 * sizeof(int));
+    const char *why = "malformed launch request";
+    if (parse(payload, length, &launch, &why) < 0 || !launch.sandboxed) {
+        report(fds[3], "launcher 0 %s\n", why);
+        _exit(127);
+    }
+    sandboxed_child(&launch, fds[3], fds[4], before);
+}
+
+/* The prepared supervisor: fork the prepared child, wait for a launch from the launcher, hand
+ * it over and supervise it as supervise_sandboxed does. Dies with the launcher until then. */
+static void __attribute__((noreturn)) prepared_supervisor(int sock, pid_t launcher) {
+    prctl(PR_SET_NAME, (unsigned long)"executor-sup", 0, 0, 0);
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != launcher) {
+        _exit(0);
+    }
+    sigset_t blocked;
+    sigemptyset(&blocked);
+    sigaddset(&blocked, SIGCHLD);
+    sigaddset(&blocked, SIGTERM);
+    sigprocmask(SIG_BLOCK, &blocked, NULL);
+    signal(SIGCHLD, SIG_DFL);
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) < 0) {
+        _exit(0);
+    }
+    pid_t self = getpid();
+    pid_t child = fork();
+    if (child == 0) {
+        close(pair[0]);
+        close(sock);
+        prepared_child(pair[1], self);
+    }
+    close(pair[1]);
+    char *payload = NULL;
+    uint32_t length = 0;
+    int fds[MAX_FDS];
+    int fd_count = 0;
+    if (child < 0 || receive(sock, &payload, &length, fds, &fd_count) < 0) {
+        _exit(0); /* dropped: the prepared child dies with this process */
+    }
+    close(sock);
+    struct launch launch;
+    memset(&launch, 0, sizeof launch);
+    launch.control_fd = -1;
+    launch.launcher = launcher;
+    memcpy(launch.fds, fds, sizeof launch.fds);
+    const char *why = "malformed launch request";
+    if (fd_count != 4 || parse(payload, length, &launch, &why) < 0) {
+        if (fd_count > 0) {
+            report(fds[0], "E launcher 0 %s\n", why);
+        }
+        _exit(0);
+    }
+    prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0); /* from here as supervise() */
+    if (getppid() != launcher) {
+        _exit(0);
+    }
+    int pipe_fds[2];
+    int exit_fds[2];
+    if (pipe2(pipe_fds, O_CLOEXEC) < 0) {
+        fail(&launch, "fork", errno);
+        _exit(0);
+    }
+    if (pipe2(exit_fds, O_CLOEXEC) < 0) {
+        fail(&launch, "fork", errno);
+        _exit(0);
+    }
+    const int handed[5] = {fds[1], fds[2], fds[3], pipe_fds[1], exit_fds[1]};
+    if (child > 0 && send_request(pair[0], payload, length, handed, 5) == 0) {
+        close(pair[0]);
+        close(pipe_fds[1]);
+        close(exit_fds[1]);
+        relay_sandboxed(&launch, child, pipe_fds[0], exit_fds);
+    }
+    /* The prepared child is gone (its namespaces could not be made): launch as usual. */
+    kill(child, SIGKILL);
+    close(pair[0]);
+    for (int i = 0; i < 2; i++) {
+        close(pipe_fds[i]);
+        close(exit_fds[i]);
+    }
+    supervise_sandboxed(&launch);
+}
+
+/* In a supervisor forked by the launcher: what only the launcher uses. */
+static void close_launcher_fds(int mountinfo, const struct prepared *ready) {
+    if (mountinfo >= 0) {
+        close(mountinfo);
+    }
+    if (ready->sock >= 0) {
+        close(ready->sock);
+    }
+}
+
+static void drop_prepared(struct prepared *ready) {
+    if (ready->supervisor > 0) {
+        kill(ready->supervisor, SIGKILL);
+        close(ready->sock);
+    }
+    ready->supervisor = 0;
+    ready->sock = -1;
+}
+
+static void prepare_launch(struct prepared *ready, int control, int mountinfo) {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) < 0) {
+        return;
+    }
+    pid_t launcher = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(control);
+        if (mountinfo >= 0) {
+            close(mountinfo);
+        }
+        close(pair[0]);
+        prepared_supervisor(pair[1], launcher);
+    }
+    close(pair[1]);
+    if (pid < 0) {
+        close(pair[0]);
+        return;
+    }
+    ready->supervisor = pid;
+    ready->sock = pair[0];
+    ready->since = now_ms();
+}
+
+/* Whether the host's mount table changed since the last look (POLLPRI on mountinfo). */
+static int mounts_changed(int mountinfo) {
+    struct pollfd polled = {.fd = mountinfo, .events = POLLPRI};
+    return mountinfo >= 0 && poll(&polled, 1, 0) > 0 && polled.revents != 0;
+}
+
+/* Wait until the control socket is readable, preparing a launch when it is due and dropping
+ * it when it has waited too long or the mounts changed. */
+static void wait_for_request(int control, int mountinfo, struct prepared *ready,
+                             long long *prepare_at) {
+    for (;;) {
+        long long now = now_ms();
+        if (ready->supervisor > 0 && now - ready->since >= PREPARED_KEEP_MS) {
+            drop_prepared(ready);
+        }
+        if (ready->supervisor == 0 && *prepare_at >= 0 && now >= *prepare_at) {
+            *prepare_at = -1;
+            (void)mounts_changed(mountinfo); /* a change before the copy is in it */
+            prepare_launch(ready, control, mountinfo);
+        }
+        int timeout = -1;
+        if (ready->supervisor > 0) {
+            timeout = (int)(ready->since + PREPARED_KEEP_MS - now);
+        } else if (*prepare_at >= 0) {
+            timeout = (int)(*prepare_at - now);
+        }
+        struct pollfd polled[2] = {{.fd = control, .events = POLLIN},
+                                   {.fd = mountinfo, .events = POLLPRI}};
+        int count = poll(polled, mountinfo >= 0 ? 2 : 1, timeout < 0 ? -1 : timeout);
+        if (count < 0 && errno != EINTR) {
+            return; /* the read reports what is wrong */
+        }
+        if (count > 0 && mountinfo >= 0 && polled[1].revents != 0) {
+            drop_prepared(ready); /* its copy of the mount table is stale */
+        }
+        if (count > 0 && polled[0].revents != 0) {
+            return;
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: executor-launcher CONTROL-FD DAEMON-PID (started by the daemon; "
@@ -710,7 +998,11 @@ int main(int argc, char **argv) {
     if (getppid() != daemon) { /* the daemon died before the death signal was armed */
         return 0;
     }
+    int mountinfo = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+    struct prepared ready = {.supervisor = 0, .sock = -1, .since = 0};
+    long long prepare_at = -1;
     for (;;) {
+        wait_for_request(control, mountinfo, &ready, &prepare_at);
         char *payload = NULL;
         uint32_t length = 0;
         int fds[MAX_FDS];
@@ -729,8 +1021,21 @@ int main(int argc, char **argv) {
                 report(fds[0], "E launcher 0 %s\n", why);
             }
         } else {
-            pid_t pid = fork();
-            if (pid == 0) {
+            int handed = 0;
+            if (launch.sandboxed && sandbox_preparable(&launch.sandbox)) {
+                if (ready.supervisor > 0 && !mounts_changed(mountinfo) &&
+                    send_request(ready.sock, payload, length, fds, 4) == 0) {
+                    handed = 1;
+                    close(ready.sock);
+                    ready.supervisor = 0;
+                    ready.sock = -1;
+                }
+                drop_prepared(&ready);
+                prepare_at = now_ms() + PREPARE_AFTER_MS;
+            }
+            pid_t pid = handed ? 0 : fork();
+            if (!handed && pid == 0) {
+                close_launcher_fds(mountinfo, &ready);
                 supervise(&launch); /* never returns */
             }
             if (pid < 0) {

@@ -632,6 +632,7 @@ static void enter_limits(const struct sandbox *sandbox) {
 
 static const char *const NAMESPACE_NAMES[] = {"user", "mnt", "pid", "ipc", "net"};
 enum { NS_USER, NS_MNT, NS_PID, NS_IPC, NS_NET, NS_COUNT };
+_Static_assert(NS_COUNT == SANDBOX_NS_COUNT, "sandbox.h names the count");
 
 static int namespace_inodes(unsigned long long inodes[NS_COUNT]) {
     for (int i = 0; i < NS_COUNT; i++) {
@@ -1497,10 +1498,27 @@ static void __attribute__((noreturn)) exec_confined(const struct sandbox *sandbo
     die_errno("exec");
 }
 
+int sandbox_preparable(const struct sandbox *sandbox) {
+    return sandbox->has_namespaces && sandbox->net && !sandbox->user &&
+           sandbox->join_net_path == NULL;
+}
+
+int sandbox_prepare(unsigned long long before[SANDBOX_NS_COUNT]) {
+    if (namespace_inodes(before) < 0 ||
+        unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET) < 0) {
+        return -1;
+    }
+    setpgid(0, 0); /* our own group: the daemon signals it; PID 1 forwards to the command */
+    return 0;
+}
+
 void sandbox_launch(const struct sandbox *sandbox, const struct sandbox_command *command,
-                    int error_fd, int exit_fd) {
+                    int error_fd, int exit_fd, const unsigned long long *prepared) {
     error_pipe = error_fd;
     reset_signals();
+    if (prepared != NULL && !sandbox_preparable(sandbox)) {
+        die("namespaces", 0, "the namespaces prepared ahead do not fit this launch");
+    }
     enter_limits(sandbox); /* first: everything the command becomes is counted and capped */
     if (!sandbox->has_namespaces) {
         exec_confined(sandbox, command); /* exit_fd is close-on-exec: EOF, no early exit */
@@ -1509,15 +1527,19 @@ void sandbox_launch(const struct sandbox *sandbox, const struct sandbox_command 
         close(exit_fd); /* in the command's cgroups until it has exited: no early report */
         exit_fd = -1;
     }
-    unsigned long long before[NS_COUNT];
-    if (namespace_inodes(before) < 0) {
-        die_errno("namespaces");
+    unsigned long long made[NS_COUNT];
+    const unsigned long long *before = prepared;
+    if (prepared == NULL) {
+        if (namespace_inodes(made) < 0) {
+            die_errno("namespaces");
+        }
+        before = made;
+        if (sandbox->join_net_path != NULL) {
+            join_network(sandbox);
+        }
+        enter_namespaces(sandbox);
+        setpgid(0, 0); /* our own group: the daemon signals it; PID 1 forwards to the command */
     }
-    if (sandbox->join_net_path != NULL) {
-        join_network(sandbox);
-    }
-    enter_namespaces(sandbox);
-    setpgid(0, 0); /* our own group: the daemon signals it; PID 1 forwards to the command */
     pid_t init = fork();
     if (init < 0) {
         die_errno("namespaces");

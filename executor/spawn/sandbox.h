@@ -82,13 +82,28 @@ void sandbox_free(struct sandbox *sandbox);
  * reader is gone). Used by the launcher's status lines too. */
 void write_all(int fd, const char *text, size_t size);
 
+/* The namespaces sandbox_prepare makes, by inode before it: user, mount, PID, IPC, network. */
+#define SANDBOX_NS_COUNT 5
+
 /* In the freshly forked child, with stdio at 0..2 and `error_fd` and `exit_fd` (close-on-exec
  * both) the only other descriptors: apply the layers, verify them, run the command. Never
  * returns; failures are written to `error_fd` as "<stage> <errno> <detail>\n", observations
  * as "+<observed>\n". Once PID 1 of the namespaces is reaped (the command's whole tree is
  * gone), its wait status (an int, native byte order) is written to `exit_fd` before this
- * process exits, when it can be (sandbox.c); `exit_fd` otherwise just closes. -1: none. */
+ * process exits, when it can be (sandbox.c); `exit_fd` otherwise just closes. -1: none.
+ * `prepared`: this process already made its namespaces with sandbox_prepare (the inodes it
+ * saw before), which must be the ones the launch asks for; NULL: make them now. */
 void sandbox_launch(const struct sandbox *sandbox, const struct sandbox_command *command,
-                    int error_fd, int exit_fd) __attribute__((noreturn));
+                    int error_fd, int exit_fd, const unsigned long long *prepared)
+    __attribute__((noreturn));
+
+/* Whether a launch asks for exactly the namespaces sandbox_prepare makes: mount, PID, IPC
+ * and a new network namespace (the network off), no user namespace, none to join. */
+int sandbox_preparable(const struct sandbox *sandbox);
+
+/* Ahead of a launch, in the process that will be its outer child: note the namespaces'
+ * inodes in `before`, unshare mount, PID, IPC and network namespaces, and take a process group
+ * of its own; 0, or -1 with errno. */
+int sandbox_prepare(unsigned long long before[SANDBOX_NS_COUNT]);
 
 #endif

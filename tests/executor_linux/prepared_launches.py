@@ -1,0 +1,98 @@
+"""Launches a while apart through one launcher server, for ``test_prepared_launch.py``.
+
+Run in a private mount namespace (``unshare --mount --propagation private``): between two
+launches it mounts a tmpfs, which only that namespace ever sees. Prints one JSON object:
+for each launch, how long before its request the launch's outer child started (clock ticks;
+a launch prepared ahead started well before) and what the command printed.
+
+    prepared_launches.py WORK_DIR
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from executor_linux.backend import LinuxBackend
+
+from executor.protocol.intent import Access
+from executor.sandbox import Command, NetworkMode, PathRule, RuleSet
+from executor.spawn.spawner import Spawner
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _started_ticks(pid: int) -> int:
+    """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat``, field 22)."""
+    with open(f"/proc/{pid}/stat") as handle:
+        stat = handle.read()
+    return int(stat[stat.rfind(")") + 2 :].split()[19])
+
+
+def _now_ticks() -> int:
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * TICKS)
+
+
+async def _launch(
+    spawner: Spawner, backend: LinuxBackend, rules: RuleSet, work: str, script: str
+) -> dict[str, Any]:
+    command = Command(executable="/bin/sh", argv=("sh", "-c", script), env={}, cwd=work, tty=False)
+    plan = backend.prepare(rules, command)
+    request = Command(
+        executable=plan.executable, argv=plan.argv, env={}, cwd=work, tty=False, setup=plan.setup
+    )
+    read_end, write_end = os.pipe()
+    asked = _now_ticks()
+    try:
+        launched = spawner.launch(request, (0, write_end, write_end))
+        os.close(write_end)
+        write_end = -1
+        outer, _supervisor = await asyncio.wait_for(launched.started, 30)
+        ahead = asked - _started_ticks(outer)
+        await asyncio.wait_for(launched.exited, 30)
+        output = b""
+        while chunk := os.read(read_end, 65536):
+            output += chunk
+        return {"ahead": ahead, "output": output.decode()}
+    finally:
+        if write_end >= 0:
+            os.close(write_end)
+        os.close(read_end)
+        if plan.release is not None:
+            plan.release()
+
+
+async def main(work: str) -> None:
+    rules = RuleSet(
+        filesystem_restricted=True,
+        rules=(PathRule("/", Access.READ), PathRule(work, Access.WRITE)),
+        network=NetworkMode.RESTRICTED,
+    )
+    backend = LinuxBackend(state_dir=os.path.join(work, "state"))
+    spawner = Spawner()
+    shown = os.path.join(work, "shown")
+    os.mkdir(shown)
+    check = f"cat {shown}/seen 2>/dev/null || echo unseen"
+    try:
+        results = [await _launch(spawner, backend, rules, work, check)]
+        await asyncio.sleep(0.3)
+        results.append(await _launch(spawner, backend, rules, work, check))
+        await asyncio.sleep(0.3)
+        # The host's mounts change while a launch is prepared: it must not be used.
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", shown], check=True)
+        with open(os.path.join(shown, "seen"), "w") as handle:
+            handle.write("mounted\n")
+        results.append(await _launch(spawner, backend, rules, work, check))
+    finally:
+        spawner.close()
+        subprocess.run(["umount", shown], check=False)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1]))
