@@ -11,7 +11,8 @@ rules are materialized afresh. Asking again is most of the host's cost but littl
 materialization's: the draft, the protections and the rule set are not rebuilt.
 
 Not memoized: a materialization that scanned for deny-glob matches (its scans run under a
-clock deadline, an input that never repeats), and one that raised.
+clock deadline, an input that never repeats), one that raised, and one during which the host
+answered one question two ways (it changed meanwhile).
 """
 
 from __future__ import annotations
@@ -74,6 +75,14 @@ class _RecordingHost:
     def glob_matches(self, base: str, regex: str, limits: ScanLimits) -> GlobScan:
         self.scanned = True
         return self._host.glob_matches(base, regex, limits)
+
+
+def _consistent(asked: list[Question]) -> bool:
+    """Whether every question asked twice got the same answer both times. If not, the host
+    changed while it was asked, and the rules follow neither moment: a fresh materialization
+    now could not reach them, so they must not be served again."""
+    first: dict[tuple[str, tuple[Any, ...]], Any] = {}
+    return all(first.setdefault((name, args), answer) == answer for name, args, answer in asked)
 
 
 def _still_answers(host: HostView, asked: list[Question]) -> bool:
@@ -142,7 +151,7 @@ class MaterializeMemo:
             intent, recording, purpose=purpose, process_cwd=process_cwd, child_env=env
         )
         with self._lock:
-            if recording.scanned:
+            if recording.scanned or not _consistent(recording.asked):
                 self._entries.pop(key, None)
             else:
                 self._entries[key] = (rules, recording.asked)

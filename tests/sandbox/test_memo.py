@@ -14,7 +14,7 @@ import pytest
 from executor.protocol.intent import parse_sandbox
 from executor.sandbox.materialize import materialize
 from executor.sandbox.memo import MaterializeMemo
-from executor.sandbox.rules import RuleSet
+from executor.sandbox.rules import PathKind, RuleSet
 from tests.sandbox.fakehost import FakeHost
 from tests.sandbox.wire import REAL_CLIENT_SANDBOX, context, glob, managed, special
 
@@ -128,3 +128,32 @@ def test_deny_glob_scans_are_not_reused() -> None:
     second = memoized(memo, host, sandbox)
     assert second == fresh(host, sandbox) != first
     assert second is not None and second.access_of(f"{WORKSPACE}/b.pem").value == "deny"
+
+
+class _FlickeringHost(FakeHost):
+    """A host that changes while it is asked and back: ``.codex`` is a directory for just
+    the second time its kind is asked (materialization asks twice), missing before and
+    after, as when something creates it and removes it again meanwhile."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.asked_codex = 0
+
+    def kind(self, path: str) -> PathKind:
+        if path == f"{WORKSPACE}/.codex":
+            self.asked_codex += 1
+            if self.asked_codex == 2:
+                return PathKind.DIRECTORY
+        return super().kind(path)
+
+
+def test_rules_from_a_host_that_changed_while_asked_are_not_reused() -> None:
+    """Two answers to one question mean the rules match neither moment: even when the host
+    answers as it did first, the next launch materializes afresh."""
+    host = _FlickeringHost(dirs=[WORKSPACE])
+    memo = MaterializeMemo()
+    during = memoized(memo, host)
+    assert host.asked_codex == 2
+    after = memoized(memo, host)
+    assert after is not during
+    assert after == fresh(host)
