@@ -313,7 +313,7 @@ MUTATIONS = (
     ),
     Mutation(
         "spare cgroup handed out though something joined it",
-        f"{LINUX}/cgroups.py",
+        f"{LINUX}/spare_cgroups.py",
         "        if made_for == limits and all(_unused(join) for join in group.joins):\n",
         "        if made_for == limits:\n",
     ),

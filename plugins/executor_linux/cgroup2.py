@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from executor_linux.cgroups import inside, remove, sweep
+from executor_linux.cgroup_removal import remove, sweep
+from executor_linux.cgroups import inside
 
 __all__ = [
     "BASE_NAME",

@@ -6,7 +6,8 @@ whole tree) and ``memory`` (cgroup v2 ``memory.max`` with ``memory.swap.max = 0`
 ``memory.limit_in_bytes`` and, when swap is accounted, ``memory.memsw.limit_in_bytes``, so
 the cap covers RAM and swap together). The forked child joins them before anything else
 (``rlimits.enter``: ``tasks`` on v1, which moves it without waiting for an RCU grace period);
-``release`` kills whatever is left in them (``cgroup.kill`` on v2) and removes them.
+``release`` kills whatever is left in them (``cgroup.kill`` on v2) and removes them
+(``cgroup_removal.py``).
 
 Both layouts are found from ``/proc/self/cgroup`` and ``/proc/self/mountinfo``: a controller
 bound to a v1 hierarchy is used there (hybrid hosts mount ``pids`` and ``memory`` as v1
@@ -20,33 +21,26 @@ Probing is read-only (``executor doctor`` must not rearrange anything); the firs
 does the set-up. Any failure leaves that command to the rlimit fallback, never unlimited
 silently: the enforcement report says what applied.
 
-Creating a command's cgroups (a directory per hierarchy and its limit files) costs a launch
-~0.35-0.8 ms. In the daemon (a running event loop) one spare set is made ahead, on the loop
-right after a launch took the last one, for the same limits: the next launch takes it.
-A spare was never joined by anything; it is checked empty when taken (else removed, not
-used), never reused after a command (``release`` removes a command's cgroups), and removed
-when the daemon exits.
+In the daemon the next launch's set is made ahead (``spare_cgroups.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import errno
 import logging
 import os
 import re
 import secrets
-import signal
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Final
 
 from executor.sandbox import ResourceLimits
+from executor_linux.cgroup_removal import remove, sweep
 from executor_linux.probe import switched_off
+from executor_linux.spare_cgroups import SpareCgroups
 
 __all__ = [
     "CgroupSupport",
@@ -57,8 +51,6 @@ __all__ = [
     "command_cgroups",
     "discover",
     "inside",
-    "remove",
-    "sweep",
 ]
 
 log = logging.getLogger("executor.sandbox.linux")
@@ -69,11 +61,6 @@ CONTROLLERS: Final = {"pids": "processes", "memory": "memory"}
 BASE_NAME: Final = "executor"
 #: Where a v2 daemon moves itself so that its cgroup may hand controllers down.
 DAEMON_LEAF: Final = "executor-daemon"
-_COMMAND_NAME: Final = re.compile(r"^(\d+)-[0-9a-f]+$")
-#: A command cgroup older than this whose daemon is gone is swept (then it cannot be one that
-#: another daemon, in another PID namespace, is still setting up).
-_STALE_AFTER: Final = 60.0
-_KILL_WAIT: Final = 1.0
 #: How the (single-threaded) child joins. Moving a process through ``cgroup.procs`` write-
 #: locks a global percpu rwsem and waits for an RCU grace period (~10 ms here, on every
 #: launch); v1's ``tasks`` moves the calling thread alone, without that lock. v2 has no such
@@ -287,13 +274,8 @@ class CommandCgroups:
         self._ready: dict[str, bool] = {}
         #: Directories whose removal failed (a process still leaving); retried later.
         self._pending: list[str] = []
-        #: Whether spare cgroups are made ahead (only ever with a running event loop).
-        self._spares_wanted = spares
-        #: The limits the spare was made for, and the spare (never joined by anything).
-        self._spare: tuple[ResourceLimits, CommandCgroup] | None = None
-        self._refilling = False
-        if spares:
-            atexit.register(self.drop_spare)
+        #: The set made ahead for the next launch (only ever with a running event loop).
+        self._spares = SpareCgroups(self._make) if spares else None
 
     def create(self, limits: ResourceLimits) -> CommandCgroup | None:
         """The command cgroups ``limits`` can use here (None: none); ``OSError`` on failure,
@@ -301,10 +283,12 @@ class CommandCgroups:
         one, and another one made on the event loop's next turn."""
         if not self._wanted(limits):
             return None
-        group = self._take_spare(limits)
+        if self._spares is None:
+            return self._make(limits)
+        group = self._spares.take(limits)
         if group is None:
             group = self._make(limits)
-        self._refill_later(limits)
+        self._spares.refill_later(limits)
         return group
 
     def _wanted(self, limits: ResourceLimits) -> dict[str, Hierarchy]:
@@ -314,51 +298,10 @@ class CommandCgroups:
             if getattr(limits, CONTROLLERS[controller]) is not None
         }
 
-    def _take_spare(self, limits: ResourceLimits) -> CommandCgroup | None:
-        with self._lock:
-            spare, self._spare = self._spare, None
-        if spare is None:
-            return None
-        made_for, group = spare
-        if made_for == limits and all(_unused(join) for join in group.joins):
-            return group
-        group.release()  # other limits now, or something joined it: never handed out
-        return None
-
-    def _refill_later(self, limits: ResourceLimits) -> None:
-        """Make the next launch's spare on the event loop, once this launch is under way."""
-        if not self._spares_wanted or self._refilling:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # no daemon loop (executor run, tests): every launch creates its own
-        self._refilling = True
-        loop.call_soon(self._refill, limits)
-
-    def _refill(self, limits: ResourceLimits) -> None:
-        self._refilling = False
-        with self._lock:
-            if self._spare is not None and self._spare[0] == limits:
-                return
-        try:
-            group = self._make(limits)
-        except OSError as exc:
-            log.debug("no spare command cgroup made ahead: %s", exc)
-            return
-        if group is None:
-            return
-        with self._lock:
-            previous, self._spare = self._spare, (limits, group)
-        if previous is not None:
-            previous[1].release()
-
     def drop_spare(self) -> None:
-        """Remove the spare cgroups (at exit)."""
-        with self._lock:
-            spare, self._spare = self._spare, None
-        if spare is not None:
-            spare[1].release()
+        """Remove the spare cgroups (also done at exit)."""
+        if self._spares is not None:
+            self._spares.drop()
 
     def _make(self, limits: ResourceLimits) -> CommandCgroup | None:
         wanted = self._wanted(limits)
@@ -406,16 +349,6 @@ class CommandCgroups:
 
     def _retry_pending(self) -> None:
         self._pending = [d for d in self._pending if not remove(d, wait=0.0)]
-
-
-def _unused(join: str) -> bool:
-    """Whether no process has joined the cgroup whose join file is ``join`` (its
-    ``tasks``/``cgroup.procs`` lists none); False when it cannot be read."""
-    try:
-        with open(join, "rb") as handle:
-            return not handle.read(1)
-    except OSError:
-        return False
 
 
 def _apply(controller: str, version: int, directory: str, limits: ResourceLimits) -> None:
@@ -489,68 +422,6 @@ def _descendants_and_self() -> set[int]:
                 ours.add(pid)
                 grew = True
     return ours
-
-
-def sweep(base: str) -> None:
-    """Remove empty cgroups (named ``<pid>-<random>``) that daemons which are gone left
-    behind; one with processes left fails to go, and they stay in it."""
-    try:
-        entries = list(os.scandir(base))
-    except OSError:
-        return
-    now = time.time()
-    for entry in entries:
-        match = _COMMAND_NAME.match(entry.name)
-        if match is None or int(match.group(1)) == os.getpid():
-            continue
-        try:
-            os.kill(int(match.group(1)), 0)
-            continue  # its daemon (or a process reusing the pid) is alive
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        try:
-            if now - entry.stat().st_mtime > _STALE_AFTER:
-                os.rmdir(entry.path)
-        except OSError:
-            continue
-
-
-def remove(directory: str, wait: float = _KILL_WAIT) -> bool:
-    """Kill what is left in ``directory`` and remove it; False if it is still there."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            os.rmdir(directory)
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError as exc:
-            if exc.errno != errno.EBUSY:
-                log.warning("cannot remove cgroup %s: %s", directory, exc.strerror)
-                return False
-        _kill_all(directory)
-        if time.monotonic() >= deadline:
-            log.info("cgroup %s still has processes; removed later", directory)
-            return False
-        time.sleep(0.01)
-
-
-def _kill_all(directory: str) -> None:
-    """SIGKILL every process in the cgroup: ``cgroup.kill`` (v2, exact), else one by one."""
-    kill = os.path.join(directory, "cgroup.kill")
-    if os.path.exists(kill):
-        try:
-            _write(kill, "1")
-            return
-        except OSError:
-            pass
-    for text in _read(os.path.join(directory, "cgroup.procs")).split():
-        try:
-            os.kill(int(text), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            continue
 
 
 @cache
