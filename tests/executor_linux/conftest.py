@@ -87,8 +87,10 @@ def sandbox_launch(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run the package's tests with the layers applied by this launcher: the daemons,
     ``executor run`` and in-process spawners all read ``EXECUTOR_SANDBOX_LAUNCH``.
 
-    Package-scoped, so pytest runs every module once per launcher and starts each module's
-    daemons afresh for each."""
+    Package-scoped, so pytest runs every module once per launcher. A fixture that outlives
+    a test must ask for this one (``test_fixtures_per_launcher.py`` checks): a module run on
+    its own (or by ``--dist loadfile``) switches launchers inside the module, and a module
+    fixture that does not name it would be kept across the switch."""
     path: str = request.param
     if path == "native":
         skip_unless(native_sandbox_launcher(), "the native launcher is not built")
@@ -113,9 +115,19 @@ def linux_sandbox_available() -> bool:
     return bool(support.landlock_abi and support.namespaces and support.seccomp)
 
 
+def launcher_of(pid1_exe: str) -> str:
+    """The launcher a sandbox's PID 1 is (``readlink /proc/1/exe`` inside it): the one that
+    applied the layers stays the init of the command's PID namespace."""
+    name = os.path.basename(pid1_exe.strip())
+    if name == "executor-launcher":
+        return "native"
+    return "python" if name.startswith("python") else f"neither ({name})"
+
+
 @pytest.fixture(scope="module")
-def require_linux_sandbox() -> None:
-    """Enforcement tests run for real; on CI a missing layer fails instead of skipping."""
+def require_linux_sandbox(sandbox_launch: str) -> None:
+    """Enforcement tests run for real; on CI a missing layer fails instead of skipping.
+    (Like every fixture that outlives a test here, one per launcher.)"""
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
     skip_unless(shutil.which("unshare") is not None, "util-linux unshare is needed")
 

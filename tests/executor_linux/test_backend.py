@@ -21,7 +21,7 @@ from executor.protocol.messages import SandboxType
 from executor.sandbox.api import Command, HostInfo
 from executor.sandbox.rules import PathKind, PathRule, RuleSet
 from executor.spawn.spawner import LaunchFailed, Spawner
-from tests.executor_linux.conftest import linux_sandbox_available
+from tests.executor_linux.conftest import launcher_of, linux_sandbox_available
 from tests.sandbox.wire import context, managed, special
 from tests.support.client import WsClient, output_of
 from tests.support.daemon import RunningDaemon
@@ -32,8 +32,8 @@ pytestmark = pytest.mark.enforcement
 
 
 @pytest.fixture(scope="module")
-def daemon() -> Iterator[RunningDaemon]:
-    """One daemon for this module, with a test-private state directory."""
+def daemon(sandbox_launch: str) -> Iterator[RunningDaemon]:
+    """One daemon for this module per launcher, with a test-private state directory."""
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
     state = tempfile.mkdtemp(prefix="executor-state-")
     running = RunningDaemon(env={"EXECUTOR_STATE_DIR": state})
@@ -103,6 +103,18 @@ def test_real_client_payload_is_enforced_like_the_reference(session: WsClient, w
     assert exited["exitCode"] != 0 and exited["sandboxDenied"] is True
     read = session.request("process/read", {"processId": "p"})
     assert read["sandboxDenied"] is True
+
+
+def test_the_modules_daemon_follows_the_launcher_parameter(
+    daemon: RunningDaemon, session: WsClient, ws: Path, sandbox_launch: str
+) -> None:
+    """The module's daemon was started for this test's launcher, not kept from the other
+    one's tests: PID 1 of its sandbox is that launcher, and it said so at start-up."""
+    start(session, ws, ["/bin/sh", "-c", "readlink /proc/1/exe"])
+    events = session.process_events("p")
+    assert launcher_of(output_of(events, "stdout").decode()) == sandbox_launch
+    said_python = "sandboxed commands start through the Python launcher" in daemon.log()
+    assert said_python is (sandbox_launch == "python")
 
 
 def test_successful_sandboxed_command_is_not_denied(session: WsClient, ws: Path) -> None:

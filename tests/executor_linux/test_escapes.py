@@ -124,7 +124,7 @@ UNPRIVILEGED = [(profile, "daemon-unprivileged") for profile in PROFILES]
     ids=lambda v: f"{v[0]}-{v[1]}",
 )
 def outcome(
-    request: pytest.FixtureRequest,
+    request: pytest.FixtureRequest, sandbox_launch: str
 ) -> Iterator[tuple[Scene, dict[str, dict[str, str]], list[str], str]]:
     """One probe run per profile and driver; yields the scene, report, listener hits, driver."""
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")

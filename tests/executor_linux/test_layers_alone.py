@@ -100,7 +100,7 @@ SECCOMP_PROBE = textwrap.dedent(
 
 
 @pytest.fixture(scope="module", autouse=True)
-def layers() -> None:
+def layers(sandbox_launch: str) -> None:
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
     skip_unless(os.getuid() == 0, "the capability-keeping control runs need root")
 

@@ -67,7 +67,7 @@ def cgroups_usable() -> bool:
 
 
 @pytest.fixture(scope="module")
-def sandbox() -> None:
+def sandbox(sandbox_launch: str) -> None:
     """Real enforcement: on CI a missing layer fails instead of skipping."""
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
 

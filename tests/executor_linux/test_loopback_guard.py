@@ -117,7 +117,7 @@ def _supported() -> None:
 
 
 @pytest.fixture(scope="module")
-def guard() -> LoopbackGuard:
+def guard(sandbox_launch: str) -> LoopbackGuard:
     """One guard for the module, as one daemon has."""
     return LoopbackGuard()
 

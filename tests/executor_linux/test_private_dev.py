@@ -91,7 +91,7 @@ PROBE = (
 
 
 @pytest.fixture(scope="module")
-def sandboxed() -> None:
+def sandboxed(sandbox_launch: str) -> None:
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
 
 

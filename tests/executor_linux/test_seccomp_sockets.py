@@ -270,8 +270,8 @@ class Runner:
 
 
 @pytest.fixture(scope="module")
-def probe() -> Iterator[Callable[[Route], Outcome]]:
-    """The probe's outcome per route (each route runs once)."""
+def probe(sandbox_launch: str) -> Iterator[Callable[[Route], Outcome]]:
+    """The probe's outcome per route (each route runs once per launcher)."""
     skip_unless(linux_sandbox_available(), "Landlock, seccomp and namespaces are needed")
     runner = Runner()
     yield runner.outcome
