@@ -47,13 +47,17 @@ async def _launch(
         executable=plan.executable, argv=plan.argv, env={}, cwd=work, tty=False, setup=plan.setup
     )
     read_end, write_end = os.pipe()
+    # The command waits for a line on stdin, so that its outer child is still there when its
+    # start time is read (the exit is reported early: it may be gone a moment after).
+    go_read, go_write = os.pipe()
     asked = _now_ticks()
     try:
-        launched = spawner.launch(request, (0, write_end, write_end))
+        launched = spawner.launch(request, (go_read, write_end, write_end))
         os.close(write_end)
         write_end = -1
         outer, _supervisor = await asyncio.wait_for(launched.started, 30)
         ahead = asked - _started_ticks(outer)
+        os.write(go_write, b"go\n")
         await asyncio.wait_for(launched.exited, 30)
         output = b""
         while chunk := os.read(read_end, 65536):
@@ -63,6 +67,8 @@ async def _launch(
         if write_end >= 0:
             os.close(write_end)
         os.close(read_end)
+        os.close(go_read)
+        os.close(go_write)
         if plan.release is not None:
             plan.release()
 
@@ -77,7 +83,7 @@ async def main(work: str) -> None:
     spawner = Spawner()
     shown = os.path.join(work, "shown")
     os.mkdir(shown)
-    check = f"cat {shown}/seen 2>/dev/null || echo unseen"
+    check = f"read go; cat {shown}/seen 2>/dev/null || echo unseen"
     try:
         results = [await _launch(spawner, backend, rules, work, check)]
         await asyncio.sleep(0.3)
