@@ -25,7 +25,8 @@ _STALE_AFTER: Final = 60.0
 _KILL_WAIT: Final = 1.0
 
 
-def _read(path: str) -> str:
+def read_text(path: str) -> str:
+    """A cgroup file's text, empty when it cannot be read (gone, or not ours)."""
     try:
         with open(path, encoding="ascii", errors="replace") as handle:
             return handle.read()
@@ -33,7 +34,8 @@ def _read(path: str) -> str:
         return ""
 
 
-def _write(path: str, text: str) -> None:
+def write_text(path: str, text: str) -> None:
+    """Write a cgroup control file (``OSError`` as the kernel refuses it)."""
     with open(path, "w", encoding="ascii") as handle:
         handle.write(text)
 
@@ -89,11 +91,11 @@ def _kill_all(directory: str) -> None:
     kill = os.path.join(directory, "cgroup.kill")
     if os.path.exists(kill):
         try:
-            _write(kill, "1")
+            write_text(kill, "1")
             return
         except OSError:
             pass
-    for text in _read(os.path.join(directory, "cgroup.procs")).split():
+    for text in read_text(os.path.join(directory, "cgroup.procs")).split():
         try:
             os.kill(int(text), signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -38,7 +38,9 @@ from functools import cache
 from typing import Final
 
 from executor.sandbox import ResourceLimits
+from executor_linux.cgroup_removal import read_text as _read
 from executor_linux.cgroup_removal import remove, sweep
+from executor_linux.cgroup_removal import write_text as _write
 from executor_linux.probe import switched_off
 from executor_linux.spare_cgroups import SpareCgroups
 
@@ -186,19 +188,6 @@ def discover(
         else:
             reasons[controller] = f"no {controller} controller is mounted for this process"
     return CgroupSupport(hierarchies, reasons)
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="ascii", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return ""
-
-
-def _write(path: str, text: str) -> None:
-    with open(path, "w", encoding="ascii") as handle:
-        handle.write(text)
 
 
 def _writable(hierarchy: Hierarchy) -> str:
