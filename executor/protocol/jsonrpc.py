@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
 from executor.protocol import b64codec
+from executor.protocol.carve import CARVE_MIN, loads_carving
 
 __all__ = [
     "MALFORMED_ID",
@@ -230,7 +231,10 @@ def parse_fields(data: bytes | memoryview | str) -> RequestFields | Message:
     by a call that allocates a tuple subclass (and frees it through the generic path).
     """
     try:
-        value = _loads(data)
+        # A large fs/writeFile's base64 is taken as it is (carve.py: the same result).
+        value = loads_carving(data, _loads) if len(data) >= CARVE_MIN else None
+        if value is None:
+            value = _loads(data)
     except _DECODE_ERRORS as exc:
         return Malformed(_describe_decode_error(exc, data))
     if type(value) is not dict:

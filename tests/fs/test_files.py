@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
@@ -192,6 +195,42 @@ def test_write_file_invalid_base64(client: WsClient, tree: Path, data: str, deta
     got = error(client, "fs/writeFile", {"path": uri(tree / "b64.txt"), "dataBase64": data})
     assert got == (-32600, f"fs/writeFile requires valid base64 dataBase64: {detail}")
     assert not (tree / "b64.txt").exists()
+
+
+def _compact_write(client: WsClient, params: dict[str, object]) -> dict[str, Any]:
+    """``fs/writeFile`` sent compact, as the real client sends it (no spaces after colons:
+    the form carve.py takes a large field from without a JSON parse)."""
+    request_id = client.next_id()
+    message = {"jsonrpc": "2.0", "id": request_id, "method": "fs/writeFile", "params": params}
+    client.send_raw(json.dumps(message, separators=(",", ":")))
+    return client.response(request_id)
+
+
+def test_large_writes_arrive_exactly_and_fail_as_small_ones_do(
+    client: WsClient, tree: Path
+) -> None:
+    """Several MiB of base64 (taken as it is, without a JSON parse) write exactly their bytes;
+    invalid base64 that large gets the small one's answer; the same key nested elsewhere in
+    the message never takes the field's place."""
+    data = os.urandom(3 << 20)
+    text = b64(data)
+    written = _compact_write(client, {"path": uri(tree / "big"), "dataBase64": text})
+    assert written == {"id": ANY, "result": {}}
+    assert (tree / "big").read_bytes() == data
+    spaced = text[:1000] + " " + text[1001:]
+    refused = _compact_write(client, {"path": uri(tree / "bad"), "dataBase64": spaced})
+    assert refused["error"] == {
+        "code": -32600,
+        "message": "fs/writeFile requires valid base64 dataBase64: Invalid symbol 32, offset 1000.",
+    }
+    assert not (tree / "bad").exists()
+    decoy: dict[str, object] = {
+        "x": {"dataBase64": text},
+        "path": uri(tree / "small"),
+        "dataBase64": b64("hi"),
+    }
+    assert "result" in _compact_write(client, decoy)
+    assert (tree / "small").read_bytes() == b"hi"
 
 
 def test_write_file_keeps_mode_of_existing_file(client: WsClient, tree: Path) -> None:
