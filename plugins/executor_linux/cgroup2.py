@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from executor_linux.cgroup_removal import read_text as read
 from executor_linux.cgroup_removal import remove, sweep
 from executor_linux.cgroups import inside
 
@@ -49,14 +50,6 @@ _ROOT_OPTIONS: Final = frozenset(
         "pids_localevents",
     }
 )
-
-
-def read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return ""
 
 
 def _unescape(text: str) -> str:

@@ -26,9 +26,9 @@ _KILL_WAIT: Final = 1.0
 
 
 def read_text(path: str) -> str:
-    """A cgroup file's text, empty when it cannot be read (gone, or not ours)."""
+    """A cgroup or /proc file's text, empty when it cannot be read (gone, or not ours)."""
     try:
-        with open(path, encoding="ascii", errors="replace") as handle:
+        with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
     except OSError:
         return ""
