@@ -123,23 +123,17 @@ class MaterializeMemo:
     ) -> RuleSet | None:
         """What ``materialize(intent, host, ...)`` returns now."""
         env = child_env or {}
-        try:
-            key: Hashable = (
-                intent,
-                purpose,
-                process_cwd,
-                tuple(sorted(env.items())),
-                id(host),
-                host.minimal_paths,
-                host.hidden_paths,
-                host.cwd,
-                host.home,
-            )
-            hash(key)
-        except TypeError:  # an unhashable part: nothing to key on
-            return materialize(
-                intent, host, purpose=purpose, process_cwd=process_cwd, child_env=env
-            )
+        key: Hashable = (
+            intent,
+            purpose,
+            process_cwd,
+            tuple(sorted(env.items())),
+            id(host),
+            host.minimal_paths,
+            host.hidden_paths,
+            host.cwd,
+            host.home,
+        )
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from pathlib import Path
 
 from executor.errors import SandboxUnavailable
@@ -249,28 +248,12 @@ class _FilesystemPlans:
     the host (Landlock without a private ``/dev`` lists ``/``, which may change)."""
 
     def __init__(self, size: int = 32) -> None:
-        self._size = size
-        self._plans: OrderedDict[Hashable, FilesystemPlan] = OrderedDict()
-        self._lock = threading.Lock()
+        self._pure = functools.lru_cache(maxsize=size)(filesystem_plan)
 
     def get(self, rules: RuleSet, abi: int, use_namespaces: bool) -> FilesystemPlan:
-        pure = not rules.filesystem_restricted or use_namespaces
-        key = (rules, abi, use_namespaces)
-        try:
-            with self._lock:
-                found = self._plans.get(key) if pure else None
-                if found is not None:
-                    self._plans.move_to_end(key)
-                    return found
-        except TypeError:  # unhashable rules: planned every time
-            pure = False
-        planned = filesystem_plan(rules, abi, use_namespaces)
-        if pure:
-            with self._lock:
-                self._plans[key] = planned
-                while len(self._plans) > self._size:
-                    self._plans.popitem(last=False)
-        return planned
+        if rules.filesystem_restricted and not use_namespaces:
+            return filesystem_plan(rules, abi, use_namespaces)
+        return self._pure(rules, abi, use_namespaces)
 
 
 def _session_netns(route: NetworkRoute, support: HostSupport, rules: RuleSet) -> tuple[str, int]:
