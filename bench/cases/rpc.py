@@ -151,7 +151,7 @@ CASES = [
     Case(
         name="rpc.info",
         description=f"{REQUESTS:,} pipelined environment/info on one connection",
-        metrics=(Metric(name="rpc.info", unit="req/s", better="higher", target=1.5, cpu=True),),
+        metrics=(Metric(name="rpc.info", unit="req/s", better="higher", target=3.5, cpu=True),),
         run=info,
     ),
     Case(

@@ -89,7 +89,7 @@ CASES = [
     Case(
         name="sandboxed-spawn",
         description="/bin/true under the workspace profile (network off), start to closed",
-        metrics=(Metric(name="spawn.sandboxed", unit="ms", better="lower", target=0.3),),
+        metrics=(Metric(name="spawn.sandboxed", unit="ms", better="lower", target=0.1),),
         run=sandboxed_spawn,
     ),
 ]

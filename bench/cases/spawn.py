@@ -85,7 +85,7 @@ CASES = [
     Case(
         name="spawn.isolated",
         description="/bin/true, process/start to process/closed, 50 ms apart (median)",
-        metrics=(Metric(name="spawn.isolated", unit="ms", better="lower", target=1.0),),
+        metrics=(Metric(name="spawn.isolated", unit="ms", better="lower", target=0.3),),
         run=isolated,
     ),
     Case(
