@@ -37,6 +37,8 @@ __all__ = ["Launch", "LaunchFailed", "Spawner"]
 
 _ZYGOTE = Path(__file__).with_name("zygote.py")
 _NATIVE = Path(__file__).with_name("executor-launcher")
+#: The big-endian length in front of every request.
+_LENGTH = struct.Struct(">I").pack
 
 
 class LaunchFailed(InternalError):
@@ -189,7 +191,10 @@ class _Server:
         self._control: socket.socket | None = None
 
     def _ensure(self) -> socket.socket:
-        if self._control is not None and self._process is not None and self._process.poll() is None:
+        # A dead server is found by the send itself (EPIPE or ECONNRESET: its end of the
+        # socket is closed), not by polling its pid before each launch: every supervisor
+        # closes the control socket first thing, so nothing else holds that end open.
+        if self._control is not None:
             return self._control
         self.stop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -219,14 +224,14 @@ class _Server:
         One ``sendmsg`` for all of it: every extra write to the control socket wakes the
         launcher again, and in a burst each wake-up costs a context switch.
         """
-        data = struct.pack(">I", len(payload)) + payload
+        header = _LENGTH(len(payload))
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fd_array(fds))]
         for attempt in range(2):
             control = self._ensure()
             try:
-                sent = control.sendmsg([data], rights)
-                if sent < len(data):
-                    control.sendall(data[sent:])
+                sent = control.sendmsg([header, payload], rights)
+                if sent < len(header) + len(payload):
+                    control.sendall((header + payload)[sent:])
                 return
             except (BrokenPipeError, ConnectionResetError):
                 self.stop()
@@ -252,18 +257,21 @@ def _native_payload(request: Command, spec: bytes | None = None) -> bytes:
     """A request in ``launcher.c``'s format: NUL-terminated fields, after the sandbox spec if
     there is one."""
     fields = [
-        b"1" if request.tty else b"0",
-        os.fsencode(request.cwd),
-        os.fsencode(request.executable),
-        str(len(request.argv)).encode(),
-        *(os.fsencode(arg) for arg in request.argv),
-        *(os.fsencode(f"{name}={value}") for name, value in request.env.items()),
+        "1" if request.tty else "0",
+        request.cwd,
+        request.executable,
+        str(len(request.argv)),
+        *request.argv,
+        *[f"{name}={value}" for name, value in request.env.items()],
     ]
-    if any(b"\0" in field for field in fields):
+    # Joined, then encoded once (the filesystem encoding is stateless: the same bytes as
+    # field by field); one NUL between fields and none in them.
+    text = "\0".join(fields)
+    if text.count("\0") != len(fields) - 1:
         # Validation refuses these long before; a stray one must not shift the fields.
         raise LaunchFailed("exec", 0, "embedded null byte")
-    prefix = b"" if spec is None else b"S\0\0\0\0" + struct.pack(">I", len(spec)) + spec
-    return prefix + b"\0".join(fields) + b"\0"
+    prefix = b"" if spec is None else b"S\0\0\0\0" + _LENGTH(len(spec)) + spec
+    return prefix + os.fsencode(text) + b"\0"
 
 
 class Spawner:
@@ -310,8 +318,6 @@ class Spawner:
         """Start ``request`` with ``stdio``; the caller keeps (and closes) its own descriptors."""
         loop = asyncio.get_running_loop()
         read_end, write_end = os.pipe()  # close-on-exec by default (PEP 446)
-        os.set_blocking(read_end, False)
-        launch = Launch(loop.create_future(), loop.create_future(), loop.create_future())
         try:
             if self.launcher_for(request) == "native":
                 assert self._native is not None
@@ -324,6 +330,9 @@ class Spawner:
             raise
         finally:
             os.close(write_end)
+        # The rest waits until the request is out: the command starts meanwhile.
+        os.set_blocking(read_end, False)
+        launch = Launch(loop.create_future(), loop.create_future(), loop.create_future())
 
         def readable() -> None:
             try:
