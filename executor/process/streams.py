@@ -13,6 +13,7 @@ commands' own pipes share; past it every new pipe of that user gets a single pag
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import pty
 from collections.abc import Iterable
@@ -27,6 +28,7 @@ __all__ = [
     "PTY_ROWS",
     "PipeGrowth",
     "close_all",
+    "close_child_ends",
     "open_streams",
     "pipe_growth",
 ]
@@ -88,8 +90,22 @@ def open_streams(
         in_r, in_w = os.pipe()
         stdin_parent: int | None = in_w
     else:
-        in_r, stdin_parent = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), None
+        in_r, stdin_parent = _null_input(), None
     return (in_r, out_w, err_w), {out_r: Stream.STDOUT, err_r: Stream.STDERR}, stdin_parent
+
+
+@functools.cache
+def _null_input() -> int:
+    """A read-only ``/dev/null`` kept open for the daemon's life: the stdin of every command
+    without a stdin pipe. Reading it has no state to share, and the launcher gets a copy of
+    it with each request; one per command cost an ``open`` before every launch."""
+    return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
+
+def close_child_ends(child_fds: Iterable[int]) -> None:
+    """Close the child's ends of ``open_streams`` once the launcher has its copies (the
+    shared ``/dev/null`` stays open)."""
+    close_all(set(child_fds) - {_null_input()})
 
 
 def close_all(fds: Iterable[int]) -> None:

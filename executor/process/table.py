@@ -14,7 +14,7 @@ from executor.netproxy.session import SessionNetwork
 from executor.process.confinement import ConfinedCommand, Confinement
 from executor.process.limits import LiveProcessCounter, ProcessLimits
 from executor.process.managed import ManagedProcess, Notifier
-from executor.process.streams import close_all, open_streams
+from executor.process.streams import close_all, close_child_ends, open_streams
 from executor.protocol.messages import (
     ReadParams,
     ReadResult,
@@ -89,7 +89,8 @@ class ProcessTable:
                 f"cwd URI `{params.cwd}` is not valid on this exec-server host: {exc.message}"
             ) from None
         env = envpolicy.build_environment(params.env, params.env_policy, self.executor_env)
-        env = envpolicy.deny_variables(env, self.env_deny)
+        if self.env_deny:  # (build_environment's dict is already the command's own)
+            env = envpolicy.deny_variables(env, self.env_deny)
         envpolicy.validate_command(params.argv, env, self.limits.max_command_bytes, params.arg0)
         try:
             executable = envpolicy.find_program(params.argv[0], env, self.executor_env)
@@ -166,7 +167,7 @@ class ProcessTable:
             close_all({*readers, *([stdin] if stdin is not None else [])})
             raise
         finally:
-            close_all(set(child_fds))
+            close_child_ends(child_fds)
         process.attach_streams(readers, stdin)
         try:
             pid, supervisor = await launch.started
