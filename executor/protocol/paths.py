@@ -9,6 +9,7 @@ round-trips. Output URIs are canonical: ``file://`` + percent-encoded path, no t
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import re
@@ -45,6 +46,21 @@ def parse_path_uri(uri: str) -> str:
     Raises ``InvalidParams`` for URIs that are not absolute ``file:`` URIs (relative, other
     scheme, query, fragment, NUL) and ``ForeignPathError`` for ones naming another host.
     """
+    # Clients send the same few URIs again and again (a session's working directory, with
+    # every process/start); parsing one walks urllib and posixpath, ~40 µs before a launch
+    # when the caches are cold. Only short ones are remembered: the memo stays small
+    # whatever a client sends. Refusals are not remembered (lru_cache keeps no exception).
+    if len(uri) <= _MEMO_CHARS:
+        return _parse_remembered(uri)
+    return _parse(uri)
+
+
+#: The longest URI ``parse_path_uri`` remembers, and how many it remembers.
+_MEMO_CHARS: Final = 512
+_MEMO_SIZE: Final = 256
+
+
+def _parse(uri: str) -> str:
     match = _SCHEME.match(uri)
     if match is None:
         raise InvalidParams("invalid URI: relative URL without a base")
@@ -63,6 +79,9 @@ def parse_path_uri(uri: str) -> str:
     if b"\0" in raw:
         raise InvalidParams("path URIs must not contain NUL bytes")
     return _normalize(os.fsdecode(raw))
+
+
+_parse_remembered = functools.lru_cache(maxsize=_MEMO_SIZE)(_parse)
 
 
 def _strip_authority(uri: str, rest: str) -> str:
