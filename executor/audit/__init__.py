@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -149,14 +149,32 @@ def duration_ms(start: float) -> float:
 
 
 @contextmanager
-def operation(event: str, origin: Origin | None, **fields: Any) -> Iterator[dict[str, Any]]:
+def operation(
+    event: str,
+    origin: Origin | None,
+    describe: Callable[[], dict[str, Any]] | None = None,
+    /,
+    **fields: Any,
+) -> Iterator[dict[str, Any]]:
     """Audit the work in the ``with`` block: one ``event`` line with its duration when it
     succeeds; when it raises an ``ExecutorError``, the fields go on the error (``annotate``)
-    for the connection's refusal line. The block may add result fields to the yielded dict."""
+    for the connection's refusal line. The block may add result fields to the yielded dict.
+
+    ``describe``, when given, returns the leading fields, built only when a line or an
+    annotation needs them: a launch does not wait for fields its audit line, off, never
+    writes."""
     start = time.monotonic()
     try:
         yield fields
     except ExecutorError as exc:
-        annotate(exc, event, **fields, durationMs=duration_ms(start))
+        annotate(exc, event, **_described(describe, fields), durationMs=duration_ms(start))
         raise
-    record(event, origin, **fields, durationMs=duration_ms(start))
+    if log.isEnabledFor(logging.INFO):
+        record(event, origin, **_described(describe, fields), durationMs=duration_ms(start))
+
+
+def _described(
+    describe: Callable[[], dict[str, Any]] | None, fields: dict[str, Any]
+) -> dict[str, Any]:
+    # A field the block set again keeps its place and takes the block's value.
+    return fields if describe is None else {**describe(), **fields}

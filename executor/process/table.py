@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable
+from typing import Any
 
 from executor import audit, envpolicy, proctree
 from executor.errors import InvalidParams, InvalidRequest, spawn_error
@@ -106,15 +107,7 @@ class ProcessTable:
 
         One audit line says what started, under what; a refusal carries the same fields.
         """
-        with audit.operation(
-            "process.start",
-            origin,
-            processId=audit.bounded(params.process_id),
-            **audit.bounded_argv(params.argv),
-            arg0=None if params.arg0 is None else audit.bounded(params.arg0),
-            cwd=audit.bounded(params.cwd),
-            tty=params.tty,
-        ) as fields:
+        with audit.operation("process.start", origin, lambda: _start_fields(params)) as fields:
             result, process = await self._start(params)
             process.origin = origin
             confined = process.confined
@@ -269,6 +262,17 @@ class ProcessTable:
         self._processes.clear()
         if self.network is not None:
             await self.network.close()
+
+
+def _start_fields(params: StartParams) -> dict[str, Any]:
+    """What a ``process.start`` audit line (or refusal) says of the request."""
+    return {
+        "processId": audit.bounded(params.process_id),
+        **audit.bounded_argv(params.argv),
+        "arg0": None if params.arg0 is None else audit.bounded(params.arg0),
+        "cwd": audit.bounded(params.cwd),
+        "tty": params.tty,
+    }
 
 
 def _kill_late_start(future: asyncio.Future[tuple[int, int]]) -> None:
