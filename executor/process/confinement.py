@@ -153,6 +153,8 @@ class SandboxConfinement:
         """Decide how a ``process/start`` runs; raises ``SandboxUnavailable`` to refuse it."""
         sandboxed = params.sandbox is not None or self.floor is not None
         _refuse_managed_network(params, sandboxed=sandboxed)
+        if not sandboxed:  # what ``enforce`` decides for no intent and no floor, sooner
+            return ConfinedCommand(request=command, sandbox_type=SandboxType.NONE, sandboxed=False)
         return await self.enforce(
             params.sandbox,
             command,

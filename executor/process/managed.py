@@ -36,7 +36,7 @@ from executor.protocol.messages import (
     Stream,
     WriteStatus,
 )
-from executor.sandbox.denial import classify
+from executor.sandbox.denial import Verdict, classify
 from executor.spawn.child import set_window_size
 from executor.spawn.spawner import Launch
 
@@ -47,6 +47,8 @@ __all__ = ["MAX_WAIT_MS", "ManagedProcess", "Notifier", "exit_code_from_status"]
 
 #: Longest ``process/read`` long poll; larger ``waitMs`` values are clamped to it.
 MAX_WAIT_MS = 3_600_000
+#: The verdict on every unsandboxed exit.
+_NOT_DENIED = Verdict(False)
 
 
 class Notifier(Protocol):
@@ -268,14 +270,17 @@ class ManagedProcess:
         code = exit_code_from_status(self._exit_status)
         self.exit_code = code
         evidence = self.confined.evidence
-        verdict = classify(
-            sandboxed=self.confined.sandboxed,
-            exit_code=code,
-            output=self.log.all_output(),
-            linux=self.confined.linux,
-            # A refusal the command shrugged off (exit 0) did not make it fail.
-            evidence=evidence() if evidence is not None and code != 0 else None,
-        )
+        if not self.confined.sandboxed:
+            verdict = _NOT_DENIED  # what classify says, without joining the output for it
+        else:
+            verdict = classify(
+                sandboxed=True,
+                exit_code=code,
+                output=self.log.all_output(),
+                linux=self.confined.linux,
+                # A refusal the command shrugged off (exit 0) did not make it fail.
+                evidence=evidence() if evidence is not None and code != 0 else None,
+            )
         self.sandbox_denied = verdict.denied
         if audit.enabled():
             # A denial comes with what was enforced: an operator can tell which layer said no.
