@@ -23,13 +23,14 @@ from executor.protocol.messages import (
     SignalParams,
     StartParams,
     StartResult,
+    Stream,
     TerminateParams,
     WriteParams,
     WriteStatus,
 )
 from executor.protocol.paths import ForeignPathError, parse_path_uri
 from executor.sandbox.command import Command
-from executor.spawn.spawner import Spawner
+from executor.spawn.spawner import Launch, Spawner
 
 __all__ = ["ProcessTable"]
 
@@ -135,11 +136,21 @@ class ProcessTable:
         except BaseException:
             self.counter.release()
             raise
+        try:
+            launch, readers, stdin = self._send(confined, params)
+        except BaseException:
+            self.counter.release()
+            if confined.release is not None:
+                confined.release()
+            raise
+        # The command is on its way: the table's side of it is set up while it starts (no
+        # await since the check above, so the id is still free).
         process = ManagedProcess(self, params.process_id, confined)
         self._processes[params.process_id] = process
         self._live += 1
+        process.attach_streams(readers, stdin)
         try:
-            await self._launch(process, confined, params)
+            await self._started(process, launch)
         except BaseException:
             self._drop(process)
             if confined.release is not None:
@@ -149,9 +160,11 @@ class ProcessTable:
             process_id=params.process_id, sandbox_type=confined.sandbox_type
         ), process
 
-    async def _launch(
-        self, process: ManagedProcess, confined: ConfinedCommand, params: StartParams
-    ) -> None:
+    def _send(
+        self, confined: ConfinedCommand, params: StartParams
+    ) -> tuple[Launch, dict[int, Stream], int | None]:
+        """Open the child's streams and hand the command to its launcher: the launch, the
+        parent's readers and its stdin end."""
         size = None if params.size is None else (params.size.rows, params.size.cols)
         child_fds, readers, stdin = open_streams(confined.request.tty, params.pipe_stdin, size)
         try:
@@ -161,7 +174,9 @@ class ProcessTable:
             raise
         finally:
             close_child_ends(child_fds)
-        process.attach_streams(readers, stdin)
+        return launch, readers, stdin
+
+    async def _started(self, process: ManagedProcess, launch: Launch) -> None:
         try:
             pid, supervisor = await launch.started
         except asyncio.CancelledError:
