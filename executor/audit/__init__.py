@@ -18,9 +18,9 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Final, Protocol
 
 from executor.errors import ExecutorError
@@ -148,14 +148,13 @@ def duration_ms(start: float) -> float:
     return round((time.monotonic() - start) * 1000, 3)
 
 
-@contextmanager
 def operation(
     event: str,
     origin: Origin | None,
     describe: Callable[[], dict[str, Any]] | None = None,
     /,
     **fields: Any,
-) -> Iterator[dict[str, Any]]:
+) -> _Operation:
     """Audit the work in the ``with`` block: one ``event`` line with its duration when it
     succeeds; when it raises an ``ExecutorError``, the fields go on the error (``annotate``)
     for the connection's refusal line. The block may add result fields to the yielded dict.
@@ -163,14 +162,46 @@ def operation(
     ``describe``, when given, returns the leading fields, built only when a line or an
     annotation needs them: a launch does not wait for fields its audit line, off, never
     writes."""
-    start = time.monotonic()
-    try:
-        yield fields
-    except ExecutorError as exc:
-        annotate(exc, event, **_described(describe, fields), durationMs=duration_ms(start))
-        raise
-    if log.isEnabledFor(logging.INFO):
-        record(event, origin, **_described(describe, fields), durationMs=duration_ms(start))
+    return _Operation(event, origin, describe, fields)
+
+
+class _Operation:
+    """``operation``'s context manager: a class, not a generator started per request (it
+    wraps every ``process/start`` before its launch)."""
+
+    __slots__ = ("_describe", "_event", "_fields", "_origin", "_start")
+
+    def __init__(
+        self,
+        event: str,
+        origin: Origin | None,
+        describe: Callable[[], dict[str, Any]] | None,
+        fields: dict[str, Any],
+    ) -> None:
+        self._event = event
+        self._origin = origin
+        self._describe = describe
+        self._fields = fields
+        self._start = 0.0
+
+    def __enter__(self) -> dict[str, Any]:
+        self._start = time.monotonic()
+        return self._fields
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if kind is None:
+            if log.isEnabledFor(logging.INFO):
+                fields = _described(self._describe, self._fields)
+                record(self._event, self._origin, **fields, durationMs=duration_ms(self._start))
+        elif isinstance(exc, ExecutorError):
+            fields = _described(self._describe, self._fields)
+            annotate(exc, self._event, **fields, durationMs=duration_ms(self._start))
+        # Nothing is swallowed: the error goes on as raised.
 
 
 def _described(
