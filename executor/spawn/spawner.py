@@ -15,7 +15,6 @@ native launcher can take them (``native``, the default, uses it when it is avail
 
 from __future__ import annotations
 
-import array
 import asyncio
 import functools
 import os
@@ -382,4 +381,5 @@ class Spawner:
 
 
 def _fd_array(fds: list[int]) -> bytes:
-    return array.array("i", fds).tobytes()
+    # C ints in native order, as SCM_RIGHTS takes them (struct: already in use for lengths).
+    return struct.pack(f"{len(fds)}i", *fds)
