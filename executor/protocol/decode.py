@@ -218,10 +218,13 @@ def _optional(tp: Any) -> Decoder:
 
 def _sequence(item_type: Any) -> Decoder:
     item = _decoder_for(item_type)
+    strings = item_type is str
 
     def check(value: Any, path: str) -> tuple[Any, ...]:
         if type(value) is not list:
             raise DecodeError(f"invalid type: {describe(value)}, expected a sequence", path)
+        if strings and all(type(element) is str for element in value):
+            return tuple(value)  # (an argv: no element's path is needed)
         return tuple(item(element, f"{path}[{index}]") for index, element in enumerate(value))
 
     return check
@@ -229,10 +232,13 @@ def _sequence(item_type: Any) -> Decoder:
 
 def _mapping(value_type: Any) -> Decoder:
     item = _decoder_for(value_type)
+    strings = value_type is str
 
     def check(value: Any, path: str) -> dict[str, Any]:
         if type(value) is not dict:
             raise DecodeError(f"invalid type: {describe(value)}, expected a map", path)
+        if strings and all(type(element) is str for element in value.values()):
+            return dict(value)  # (an environment: no entry's path is needed)
         return {key: item(element, _join(path, key)) for key, element in value.items()}
 
     return check
@@ -259,33 +265,30 @@ def _enum(tp: type[enum.Enum]) -> Decoder:
 def _struct(cls: type) -> Decoder:
     hints = typing.get_type_hints(cls, include_extras=True)
     snake = getattr(cls, "__wire_case__", "camel") == "snake"
-    plan: list[tuple[str, str, Decoder, Any]] = []
+    plan: list[tuple[str, str, Decoder, bool]] = []
+    # What absent optional fields get (a request names few of them): copied, then overlaid.
+    defaults: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
         wire = field.metadata.get("wire") or (field.name if snake else camel(field.name))
         if field.default is not dataclasses.MISSING:
-            default: Any = field.default
+            defaults[field.name] = field.default
         elif field.default_factory is not dataclasses.MISSING:
-            default = field.default_factory()
-        else:
-            default = _MISSING
-        plan.append((field.name, wire, _decoder_for(hints[field.name]), default))
+            defaults[field.name] = field.default_factory()
+        plan.append((field.name, wire, _decoder_for(hints[field.name]), field.name in defaults))
     name = cls.__name__
 
     def check(value: Any, path: str) -> Any:
         if type(value) is not dict:
             raise DecodeError(f"invalid type: {describe(value)}, expected struct {name}", path)
-        kwargs: dict[str, Any] = {}
-        for attr, wire, field_decoder, default in plan:
+        kwargs = defaults.copy()
+        for attr, wire, field_decoder, optional in plan:
             raw = value.get(wire, _MISSING)
-            if raw is _MISSING or (raw is None and default is not _MISSING):
-                if default is _MISSING:
-                    if raw is _MISSING:
-                        raise DecodeError(f"missing field `{wire}`", path)
-                    raw = None
-                else:
-                    kwargs[attr] = default
-                    continue
-            kwargs[attr] = field_decoder(raw, _join(path, wire))
+            if raw is _MISSING or raw is None:
+                if optional:
+                    continue  # absent and null both take the default
+                if raw is _MISSING:
+                    raise DecodeError(f"missing field `{wire}`", path)
+            kwargs[attr] = field_decoder(raw, f"{path}.{wire}" if path else wire)
         return cls(**kwargs)
 
     return check
