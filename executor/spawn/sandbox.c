@@ -14,7 +14,8 @@
  *   namespaces    unshare user (not root), mount, PID, IPC and, network off, network; the
  *                 uid/gid maps; RLIMIT_NPROC inside the user namespace
  *   (fork)        PID 1 of the new PID namespace; the outer child relays its exit status,
- *                 early (see sandbox_launch)
+ *                 early (see sandbox_launch). A launch prepared ahead has both processes
+ *                 already (sandbox_prepare): PID 1 enters the limits, after the cgroups
  *   mounts        private propagation, read-only root, the planned binds and masks in order,
  *                 a private /dev, /dev/shm, a fresh /proc with its masks
  *   chdir
@@ -36,7 +37,9 @@
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <poll.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,9 +47,11 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -60,6 +65,7 @@
 #define NR_LANDLOCK_ADD_RULE 445
 #define NR_LANDLOCK_RESTRICT_SELF 446
 #define NR_CLOSE_RANGE 436
+#define NR_PIDFD_OPEN 434
 #define ATTR_RDONLY 0x1ULL      /* MOUNT_ATTR_RDONLY */
 #define AT_RECURSIVE_ 0x8000    /* AT_RECURSIVE */
 #define RESOLVE_NO_SYMLINKS_ 4ULL
@@ -1392,16 +1398,20 @@ static int exit_code(int status) {
 }
 
 /* PID 1 of the new namespaces: mounts, confine itself, spawn the command, relay. Confining
- * PID 1 and spawning the command (which inherits every layer) saves a fork. */
+ * PID 1 and spawning the command (which inherits every layer) saves a fork. `limits`: the
+ * outer child has not entered the other limits (PID 1 made ahead, see sandbox_prepare). */
 static void __attribute__((noreturn)) namespace_init(const struct sandbox *sandbox,
                                                      const struct sandbox_command *command,
                                                      const unsigned long long *before,
-                                                     int exit_fd) {
+                                                     int exit_fd, int limits) {
     if (exit_fd >= 0) {
         close(exit_fd); /* the outer child's alone: nothing in here may speak for the exit */
     }
     if (pid1_joins_cgroups(sandbox)) {
         join_cgroups(sandbox); /* first: everything the command becomes is counted and capped */
+    }
+    if (limits) {
+        enter_limits(sandbox);
     }
     prctl(PR_SET_NAME, (unsigned long)"executor-init", 0, 0, 0); /* what ps and top show */
     if (apply_mounts(sandbox, command->tty) < 0) {
@@ -1503,59 +1513,9 @@ int sandbox_preparable(const struct sandbox *sandbox) {
            sandbox->join_net_path == NULL;
 }
 
-int sandbox_prepare(unsigned long long before[SANDBOX_NS_COUNT]) {
-    if (namespace_inodes(before) < 0 ||
-        unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET) < 0) {
-        return -1;
-    }
-    setpgid(0, 0); /* our own group: the daemon signals it; PID 1 forwards to the command */
-    return 0;
-}
-
-void sandbox_launch(const struct sandbox *sandbox, const struct sandbox_command *command,
-                    int error_fd, int exit_fd, const unsigned long long *prepared) {
-    error_pipe = error_fd;
-    reset_signals();
-    if (prepared != NULL && !sandbox_preparable(sandbox)) {
-        die("namespaces", 0, "the namespaces prepared ahead do not fit this launch");
-    }
-    enter_limits(sandbox); /* first: everything the command becomes is counted and capped */
-    if (!sandbox->has_namespaces) {
-        exec_confined(sandbox, command); /* exit_fd is close-on-exec: EOF, no early exit */
-    }
-    if (!pid1_joins_cgroups(sandbox) && exit_fd >= 0) {
-        close(exit_fd); /* in the command's cgroups until it has exited: no early report */
-        exit_fd = -1;
-    }
-    unsigned long long made[NS_COUNT];
-    const unsigned long long *before = prepared;
-    if (prepared == NULL) {
-        if (namespace_inodes(made) < 0) {
-            die_errno("namespaces");
-        }
-        before = made;
-        if (sandbox->join_net_path != NULL) {
-            join_network(sandbox);
-        }
-        enter_namespaces(sandbox);
-        setpgid(0, 0); /* our own group: the daemon signals it; PID 1 forwards to the command */
-    }
-    pid_t init = fork();
-    if (init < 0) {
-        die_errno("namespaces");
-    }
-    if (init == 0) {
-        namespace_init(sandbox, command, before, exit_fd);
-    }
-    close(error_pipe);
-    /* Nor does this process: closed now, not when its exit has torn the namespaces down (a
-     * dying process's last descriptors are released after its namespaces). */
-    for (int fd = 0; fd < 3; fd++) {
-        close(fd);
-    }
-    for (size_t i = 0; i < COUNT(FORWARDED); i++) {
-        signal(FORWARDED[i], SIG_IGN); /* PID 1 is in our group and gets them itself */
-    }
+/* What the outer child does once PID 1 is running: wait for it, report its wait status on
+ * `exit_fd` (-1: none) as soon as it is reaped, and exit with it. */
+static void __attribute__((noreturn)) relay_init(pid_t init, int exit_fd) {
     for (;;) {
         int status;
         if (waitpid(init, &status, 0) < 0) {
@@ -1577,4 +1537,240 @@ void sandbox_launch(const struct sandbox *sandbox, const struct sandbox_command 
         }
         _exit(code);
     }
+}
+
+/* --- a launch prepared ahead -----------------------------------------------------------------
+ *
+ * sandbox_prepare makes the namespaces and forks PID 1 of them right away, before any request:
+ * the fork into a new PID namespace (~0.2 ms here) and PID 1's first touches of its memory are
+ * off the launch's path. PID 1 returns from sandbox_prepare and takes the request; the outer
+ * child stays in here until PID 1 hands it the exit pipe (sandbox_launch), then relays the
+ * exit as after its own fork. The hand-over goes through an abstract Unix socket, which exists
+ * only in the network namespace just made (the request's descriptors are all PID 1 keeps, so
+ * no socket pair could survive until then): only these two processes are in it, and the
+ * command starts after the hand-over, once both ends are closed. */
+
+/* The abstract name (leading NUL) of the outer child's hand-over socket. */
+static const char HANDOVER_NAME[] = "\0executor-sandbox-outer-child";
+
+static int prepared_init; /* this process is PID 1, made ahead by sandbox_prepare */
+
+static socklen_t handover_address(struct sockaddr_un *address) {
+    memset(address, 0, sizeof *address);
+    address->sun_family = AF_UNIX;
+    memcpy(address->sun_path, HANDOVER_NAME, sizeof HANDOVER_NAME - 1);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + sizeof HANDOVER_NAME - 1);
+}
+
+/* The prepared outer child, from PID 1's fork on: wait for PID 1 to take a launch and hand
+ * over the exit pipe, then relay its exit. PID 1 ending first (dropped, or the launch failed
+ * before the hand-over) ends this process too. Never returns. */
+static void __attribute__((noreturn)) prepared_outer(pid_t init, int listener, int alive) {
+    /* Only these stay, at 0, 1 and 2: not the launcher's stdio, nor the supervisor's socket
+     * (with PID 1 gone, the supervisor's hand-over of a request then fails at once, and it
+     * launches as usual). */
+    int kept[3] = {listener, alive, (int)syscall(NR_PIDFD_OPEN, init, 0)};
+    for (int i = 0; i < 3; i++) {
+        if (kept[i] < 0 || (kept[i] = fcntl(kept[i], F_DUPFD_CLOEXEC, 10)) < 0) {
+            _exit(127); /* PID 1 dies with this process */
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        if (dup3(kept[i], i, O_CLOEXEC) < 0) {
+            _exit(127);
+        }
+    }
+    if (syscall(NR_CLOSE_RANGE, 3U, ~0U, 0U) < 0) {
+        for (int fd = 3; fd < 1024; fd++) {
+            close(fd);
+        }
+    }
+    listener = 0;
+    alive = 1;
+    int pidfd = 2;
+    reset_signals();
+    for (size_t i = 0; i < COUNT(FORWARDED); i++) {
+        signal(FORWARDED[i], SIG_IGN); /* PID 1 is in our group and gets them itself */
+    }
+    int connection = -1;
+    while (connection < 0) {
+        struct pollfd polled[2] = {{.fd = listener, .events = POLLIN},
+                                   {.fd = pidfd, .events = POLLIN}};
+        int count = poll(polled, 2, -1);
+        if (count < 0 && errno != EINTR) {
+            _exit(127);
+        }
+        if (count > 0 && polled[0].revents != 0) {
+            /* Only PID 1 is in this network namespace yet; whoever else connects is not
+             * heard. */
+            connection = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+            struct ucred peer;
+            socklen_t size = sizeof peer;
+            if (connection >= 0 &&
+                (getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &peer, &size) < 0 ||
+                 peer.pid != init)) {
+                close(connection);
+                connection = -1;
+            }
+        } else if (count > 0 && polled[1].revents != 0) {
+            relay_init(init, -1); /* PID 1 ended before it took a launch */
+        }
+    }
+    int exit_fd = -1;
+    char byte;
+    struct iovec vector = {.iov_base = &byte, .iov_len = 1};
+    union {
+        char buffer[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ancillary;
+    struct msghdr message = {
+        .msg_iov = &vector,
+        .msg_iovlen = 1,
+        .msg_control = ancillary.buffer,
+        .msg_controllen = sizeof ancillary.buffer,
+    };
+    ssize_t got;
+    do {
+        got = recvmsg(connection, &message, MSG_CMSG_CLOEXEC);
+    } while (got < 0 && errno == EINTR);
+    struct cmsghdr *part = got > 0 ? CMSG_FIRSTHDR(&message) : NULL;
+    if (part != NULL && part->cmsg_level == SOL_SOCKET && part->cmsg_type == SCM_RIGHTS &&
+        part->cmsg_len == CMSG_LEN(sizeof(int))) {
+        memcpy(&exit_fd, CMSG_DATA(part), sizeof exit_fd);
+    }
+    close(connection);
+    close(listener);
+    close(alive);
+    close(pidfd);
+    prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0); /* from here a launch's outer child like any other */
+    relay_init(init, exit_fd);
+}
+
+/* In PID 1 made ahead, once it has taken a launch: give the outer child the exit pipe's write
+ * end (-1: none) and close it here. */
+static void hand_over(int exit_fd) {
+    struct sockaddr_un address;
+    socklen_t length = handover_address(&address);
+    int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (sock < 0 || connect(sock, (const struct sockaddr *)&address, length) < 0) {
+        die_errno("namespaces");
+    }
+    char byte = 'x';
+    struct iovec vector = {.iov_base = &byte, .iov_len = 1};
+    union {
+        char buffer[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ancillary;
+    memset(&ancillary, 0, sizeof ancillary);
+    struct msghdr message = {.msg_iov = &vector, .msg_iovlen = 1};
+    if (exit_fd >= 0) {
+        message.msg_control = ancillary.buffer;
+        message.msg_controllen = sizeof ancillary.buffer;
+        struct cmsghdr *part = CMSG_FIRSTHDR(&message);
+        part->cmsg_level = SOL_SOCKET;
+        part->cmsg_type = SCM_RIGHTS;
+        part->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(part), &exit_fd, sizeof exit_fd);
+    }
+    ssize_t sent;
+    do {
+        sent = sendmsg(sock, &message, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    if (sent != 1) {
+        die_errno("namespaces");
+    }
+    close(sock);
+    if (exit_fd >= 0) {
+        close(exit_fd);
+    }
+}
+
+int sandbox_prepare(unsigned long long before[SANDBOX_NS_COUNT]) {
+    if (namespace_inodes(before) < 0 ||
+        unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET) < 0) {
+        return -1;
+    }
+    setpgid(0, 0); /* our own group: the daemon signals it; PID 1 forwards to the command */
+    struct sockaddr_un address;
+    socklen_t length = handover_address(&address);
+    int listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (listener < 0 || bind(listener, (const struct sockaddr *)&address, length) < 0 ||
+        listen(listener, 1) < 0) {
+        return -1;
+    }
+    int alive[2]; /* its write end held by the outer child only: PID 1 sees it gone */
+    if (pipe2(alive, O_CLOEXEC) < 0) {
+        return -1;
+    }
+    pid_t init = fork();
+    if (init < 0) {
+        return -1;
+    }
+    if (init > 0) {
+        close(alive[0]);
+        prepared_outer(init, listener, alive[1]);
+    }
+    /* PID 1: dies with the outer child until it takes a launch (launcher.c then clears this,
+     * as PID 1 forked after the request has none). The outer child may have died already. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    close(listener);
+    close(alive[1]);
+    struct pollfd gone = {.fd = alive[0], .events = POLLIN};
+    if (poll(&gone, 1, 0) != 0) {
+        _exit(0);
+    }
+    close(alive[0]);
+    prepared_init = 1;
+    reset_signals();
+    return 0;
+}
+
+void sandbox_launch(const struct sandbox *sandbox, const struct sandbox_command *command,
+                    int error_fd, int exit_fd, const unsigned long long *prepared) {
+    error_pipe = error_fd;
+    if (prepared != NULL) {
+        if (!prepared_init || !sandbox_preparable(sandbox)) {
+            die("namespaces", 0, "the namespaces prepared ahead do not fit this launch");
+        }
+        /* PID 1 already (sandbox_prepare), signals reset: the outer child gets the exit pipe
+         * to relay the exit (preparable: PID 1 joins the cgroups, the exit is early), and
+         * the limits are entered here, after the cgroups (namespace_init). */
+        hand_over(exit_fd);
+        namespace_init(sandbox, command, prepared, -1, 1);
+    }
+    reset_signals();
+    enter_limits(sandbox); /* first: everything the command becomes is counted and capped */
+    if (!sandbox->has_namespaces) {
+        exec_confined(sandbox, command); /* exit_fd is close-on-exec: EOF, no early exit */
+    }
+    if (!pid1_joins_cgroups(sandbox) && exit_fd >= 0) {
+        close(exit_fd); /* in the command's cgroups until it has exited: no early report */
+        exit_fd = -1;
+    }
+    unsigned long long before[NS_COUNT];
+    if (namespace_inodes(before) < 0) {
+        die_errno("namespaces");
+    }
+    if (sandbox->join_net_path != NULL) {
+        join_network(sandbox);
+    }
+    enter_namespaces(sandbox);
+    setpgid(0, 0); /* our own group: the daemon signals it; PID 1 forwards to the command */
+    pid_t init = fork();
+    if (init < 0) {
+        die_errno("namespaces");
+    }
+    if (init == 0) {
+        namespace_init(sandbox, command, before, exit_fd, 0);
+    }
+    close(error_pipe);
+    /* Nor does this process: closed now, not when its exit has torn the namespaces down (a
+     * dying process's last descriptors are released after its namespaces). */
+    for (int fd = 0; fd < 3; fd++) {
+        close(fd);
+    }
+    for (size_t i = 0; i < COUNT(FORWARDED); i++) {
+        signal(FORWARDED[i], SIG_IGN); /* PID 1 is in our group and gets them itself */
+    }
+    relay_init(init, exit_fd);
 }

@@ -91,8 +91,8 @@ void write_all(int fd, const char *text, size_t size);
  * as "+<observed>\n". Once PID 1 of the namespaces is reaped (the command's whole tree is
  * gone), its wait status (an int, native byte order) is written to `exit_fd` before this
  * process exits, when it can be (sandbox.c); `exit_fd` otherwise just closes. -1: none.
- * `prepared`: this process already made its namespaces with sandbox_prepare (the inodes it
- * saw before), which must be the ones the launch asks for; NULL: make them now. */
+ * `prepared`: this process is PID 1 made by sandbox_prepare (the inodes seen before), whose
+ * namespaces must be the ones the launch asks for; NULL: make them now. */
 void sandbox_launch(const struct sandbox *sandbox, const struct sandbox_command *command,
                     int error_fd, int exit_fd, const unsigned long long *prepared)
     __attribute__((noreturn));
@@ -102,8 +102,12 @@ void sandbox_launch(const struct sandbox *sandbox, const struct sandbox_command 
 int sandbox_preparable(const struct sandbox *sandbox);
 
 /* Ahead of a launch, in the process that will be its outer child: note the namespaces'
- * inodes in `before`, unshare mount, PID, IPC and network namespaces, and take a process group
- * of its own; 0, or -1 with errno. */
+ * inodes in `before`, unshare mount, PID, IPC and network namespaces, take a process group of
+ * its own and fork PID 1 of the new PID namespace. Returns 0 in PID 1, which then takes the
+ * launch (sandbox_launch with `prepared`); the outer child never returns: it waits for PID 1
+ * to hand it the exit pipe, relays the exit like any outer child, and ends (with PID 1) when
+ * PID 1 ends first. PID 1 dies with the outer child until then (launcher.c clears that once
+ * it has a launch). -1 with errno: nothing was forked. */
 int sandbox_prepare(unsigned long long before[SANDBOX_NS_COUNT]);
 
 #endif
