@@ -133,7 +133,7 @@ class ManagedProcess:
         self.pid, self.supervisor, self.launch = pid, supervisor, launch
         self.starting = False
         self._started_at = time.monotonic()
-        launch.exited.add_done_callback(self._on_exit_status)
+        launch.when_exited(self._on_exit_status)
 
     def announce(self) -> None:
         """The start response is out: release the notifications held until now."""

@@ -25,6 +25,7 @@ import socket
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,16 @@ class Launch:
     #: What the sandbox layers looked like from inside the child, once applied (backends
     #: that report it); set before ``started`` resolves.
     observed: str | None = None
+    _on_exit: Callable[[asyncio.Future[int]], None] | None = None
+
+    def when_exited(self, callback: Callable[[asyncio.Future[int]], None]) -> None:
+        """Call ``callback(exited)`` once ``exited`` is done: right from the read of the
+        status line, not a loop pass later as a future's own callbacks are, so that what it
+        sends goes out in this pass."""
+        self._on_exit = callback
+        # Also the future's callback, called once either way: for an exit known already, or
+        # set on the future by other means.
+        self.exited.add_done_callback(self._exit_known)
 
     def feed(self, data: bytes) -> None:
         """Consume supervisor report lines."""
@@ -86,6 +97,12 @@ class Launch:
             self.observed = rest
         elif kind == "X" and not self.exited.done():
             self.exited.set_result(int(rest))
+            self._exit_known()
+
+    def _exit_known(self, _exited: object = None) -> None:
+        callback, self._on_exit = self._on_exit, None
+        if callback is not None:
+            callback(self.exited)
 
     def end(self) -> None:
         """The supervisor is gone: every descendant of the command has exited."""
@@ -95,6 +112,7 @@ class Launch:
             )
         if not self.exited.done() and self.started.exception() is None:
             self.exited.set_exception(InternalError("the launcher exited without an exit status"))
+            self._exit_known()
         if not self.gone.done():
             self.gone.set_result(None)
 
