@@ -259,7 +259,18 @@ class ManagedProcess:
             # The reference waits this long for output still in flight before classifying.
             self._grace = self._loop.call_later(self.table.limits.denial_grace, self._record_exit)
         else:
+            self._read_written_output()
             self._record_exit()
+
+    def _read_written_output(self) -> None:
+        """Output the command wrote before it exited comes before its exit: one read of each
+        pipe still open. (The exit is handled right from its status line, which the loop may
+        report ahead of the output pipes' own events.)"""
+        for fd in list(self._readers):
+            if self._paused or self._blocked:
+                return  # reading stopped: what is unread waits, as it would have
+            if fd in self._readers:
+                self._on_readable(fd)
 
     def _record_exit(self) -> None:
         if self.log.exited or self._exit_status is None:
