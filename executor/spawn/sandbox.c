@@ -16,8 +16,9 @@
  *   (fork)        PID 1 of the new PID namespace; the outer child relays its exit status,
  *                 early (see sandbox_launch). A launch prepared ahead has both processes
  *                 already (sandbox_prepare): PID 1 enters the limits, after the cgroups
- *   mounts        private propagation, read-only root, the planned binds and masks in order,
- *                 a private /dev, /dev/shm, a fresh /proc with its masks
+ *   mounts        private propagation (a prepared PID 1 makes it ahead and reads the table
+ *                 then), read-only root, the planned binds and masks in order, a private
+ *                 /dev, /dev/shm, a fresh /proc with its masks
  *   chdir
  *   no_new_privs, landlock, capabilities (every set), seccomp (last)
  *   verify        every planned layer in force, seen from /proc/self (observe.py)
@@ -980,12 +981,26 @@ static int mask_proc(int readonly) {
     return 0;
 }
 
-static int apply_mounts(const struct sandbox *sandbox, int tty) {
+/* The mount table this namespace was made with, once its mounts are private (no mount or
+ * unmount of the host's reaches it any more): what the planned mounts start from. */
+static int private_mounts(struct mount_table *host) {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
         return -1;
     }
+    return read_mounts_now(host);
+}
+
+/* In PID 1 made ahead: private_mounts done then (the launcher drops a prepared launch as soon
+ * as the host's mount table changes, so this is the table a launch made now would see). */
+static struct mount_table prepared_host;
+static int prepared_host_read;
+
+static int apply_mounts(const struct sandbox *sandbox, int tty) {
     struct mount_table host;
-    if (read_mounts_now(&host) < 0) {
+    if (prepared_host_read) {
+        host = prepared_host;
+        prepared_host_read = 0;
+    } else if (private_mounts(&host) < 0) {
         return -1;
     }
     int empty_fd = -1;
@@ -1548,7 +1563,8 @@ static void __attribute__((noreturn)) relay_init(pid_t init, int exit_fd) {
  * exit as after its own fork. The hand-over goes through an abstract Unix socket, which exists
  * only in the network namespace just made (the request's descriptors are all PID 1 keeps, so
  * no socket pair could survive until then): only these two processes are in it, and the
- * command starts after the hand-over, once both ends are closed. */
+ * command starts after the hand-over, once both ends are closed. PID 1 also makes its mounts
+ * private and reads its mount table ahead (apply_mounts). */
 
 /* The abstract name (leading NUL) of the outer child's hand-over socket. */
 static const char HANDOVER_NAME[] = "\0executor-sandbox-outer-child";
@@ -1722,6 +1738,7 @@ int sandbox_prepare(unsigned long long before[SANDBOX_NS_COUNT]) {
     close(alive[0]);
     prepared_init = 1;
     reset_signals();
+    prepared_host_read = private_mounts(&prepared_host) == 0; /* else at the launch */
     return 0;
 }
 

@@ -103,8 +103,9 @@ int sandbox_preparable(const struct sandbox *sandbox);
 
 /* Ahead of a launch, in the process that will be its outer child: note the namespaces'
  * inodes in `before`, unshare mount, PID, IPC and network namespaces, take a process group of
- * its own and fork PID 1 of the new PID namespace. Returns 0 in PID 1, which then takes the
- * launch (sandbox_launch with `prepared`); the outer child never returns: it waits for PID 1
+ * its own and fork PID 1 of the new PID namespace, which makes its mounts private and reads
+ * its mount table. Returns 0 in PID 1, which then takes the launch (sandbox_launch with
+ * `prepared`); the outer child never returns: it waits for PID 1
  * to hand it the exit pipe, relays the exit like any outer child, and ends (with PID 1) when
  * PID 1 ends first. PID 1 dies with the outer child until then (launcher.c clears that once
  * it has a launch). -1 with errno: nothing was forked. */
