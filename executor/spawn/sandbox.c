@@ -1111,7 +1111,10 @@ static void apply_landlock(const struct sandbox *sandbox) {
 /* Empty the bounding, ambient, effective, permitted and inheritable capability sets. */
 static void drop_capabilities(void) {
     for (int cap = 0; cap < 64; cap++) {
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) {
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+            if (errno == EINVAL) {
+                break; /* past the kernel's last capability: so is every later one */
+            }
             die_errno("capabilities");
         }
     }
