@@ -1563,11 +1563,12 @@ static void __attribute__((noreturn)) relay_init(pid_t init, int exit_fd) {
  * the fork into a new PID namespace (~0.2 ms here) and PID 1's first touches of its memory are
  * off the launch's path. PID 1 returns from sandbox_prepare and takes the request; the outer
  * child stays in here until PID 1 hands it the exit pipe (sandbox_launch), then relays the
- * exit as after its own fork. The hand-over goes through an abstract Unix socket, which exists
- * only in the network namespace just made (the request's descriptors are all PID 1 keeps, so
- * no socket pair could survive until then): only these two processes are in it, and the
- * command starts after the hand-over, once both ends are closed. PID 1 also makes its mounts
- * private and reads its mount table ahead (apply_mounts). */
+ * exit as after its own fork. The hand-over is one datagram (the pipe's descriptor) to an
+ * abstract Unix socket, which exists only in the network namespace just made (the request's
+ * descriptors are all PID 1 keeps, so no socket pair could survive until then): only these two
+ * processes are in it until the command starts, after the hand-over, and the outer child takes
+ * the datagram of PID 1 only (its sender's credentials). PID 1 also makes its mounts private
+ * and reads its mount table ahead (apply_mounts). */
 
 /* The abstract name (leading NUL) of the outer child's hand-over socket. */
 static const char HANDOVER_NAME[] = "\0executor-sandbox-outer-child";
@@ -1584,11 +1585,11 @@ static socklen_t handover_address(struct sockaddr_un *address) {
 /* The prepared outer child, from PID 1's fork on: wait for PID 1 to take a launch and hand
  * over the exit pipe, then relay its exit. PID 1 ending first (dropped, or the launch failed
  * before the hand-over) ends this process too. Never returns. */
-static void __attribute__((noreturn)) prepared_outer(pid_t init, int listener, int alive) {
+static void __attribute__((noreturn)) prepared_outer(pid_t init, int sock, int alive) {
     /* Only these stay, at 0, 1 and 2: not the launcher's stdio, nor the supervisor's socket
      * (with PID 1 gone, the supervisor's hand-over of a request then fails at once, and it
      * launches as usual). */
-    int kept[3] = {listener, alive, (int)syscall(NR_PIDFD_OPEN, init, 0)};
+    int kept[3] = {sock, alive, (int)syscall(NR_PIDFD_OPEN, init, 0)};
     for (int i = 0; i < 3; i++) {
         if (kept[i] < 0 || (kept[i] = fcntl(kept[i], F_DUPFD_CLOEXEC, 10)) < 0) {
             _exit(127); /* PID 1 dies with this process */
@@ -1604,61 +1605,75 @@ static void __attribute__((noreturn)) prepared_outer(pid_t init, int listener, i
             close(fd);
         }
     }
-    listener = 0;
+    sock = 0;
     alive = 1;
     int pidfd = 2;
     reset_signals();
     for (size_t i = 0; i < COUNT(FORWARDED); i++) {
         signal(FORWARDED[i], SIG_IGN); /* PID 1 is in our group and gets them itself */
     }
-    int connection = -1;
-    while (connection < 0) {
-        struct pollfd polled[2] = {{.fd = listener, .events = POLLIN},
+    int exit_fd = -1;
+    for (int handed = 0; !handed;) {
+        struct pollfd polled[2] = {{.fd = sock, .events = POLLIN},
                                    {.fd = pidfd, .events = POLLIN}};
         int count = poll(polled, 2, -1);
         if (count < 0 && errno != EINTR) {
             _exit(127);
         }
         if (count > 0 && polled[0].revents != 0) {
-            /* Only PID 1 is in this network namespace yet; whoever else connects is not
+            char byte;
+            struct iovec vector = {.iov_base = &byte, .iov_len = 1};
+            union {
+                char buffer[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+            } ancillary;
+            struct msghdr message = {
+                .msg_iov = &vector,
+                .msg_iovlen = 1,
+                .msg_control = ancillary.buffer,
+                .msg_controllen = sizeof ancillary.buffer,
+            };
+            if (recvmsg(sock, &message, MSG_CMSG_CLOEXEC | MSG_DONTWAIT) < 0) {
+                continue;
+            }
+            int received = -1;
+            pid_t sender = 0;
+            for (struct cmsghdr *part = CMSG_FIRSTHDR(&message); part != NULL;
+                 part = CMSG_NXTHDR(&message, part)) {
+                if (part->cmsg_level != SOL_SOCKET) {
+                    continue;
+                }
+                if (part->cmsg_type == SCM_CREDENTIALS &&
+                    part->cmsg_len == CMSG_LEN(sizeof(struct ucred))) {
+                    struct ucred credentials;
+                    memcpy(&credentials, CMSG_DATA(part), sizeof credentials);
+                    sender = credentials.pid;
+                } else if (part->cmsg_type == SCM_RIGHTS) {
+                    size_t count_fds = (part->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                    for (size_t i = 0; i < count_fds; i++) {
+                        int fd;
+                        memcpy(&fd, CMSG_DATA(part) + i * sizeof(int), sizeof fd);
+                        if (received < 0 && count_fds == 1) {
+                            received = fd;
+                        } else {
+                            close(fd);
+                        }
+                    }
+                }
+            }
+            /* Only PID 1 is in this network namespace yet; whatever else arrives is not
              * heard. */
-            connection = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
-            struct ucred peer;
-            socklen_t size = sizeof peer;
-            if (connection >= 0 &&
-                (getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &peer, &size) < 0 ||
-                 peer.pid != init)) {
-                close(connection);
-                connection = -1;
+            if (sender == init) {
+                exit_fd = received;
+                handed = 1;
+            } else if (received >= 0) {
+                close(received);
             }
         } else if (count > 0 && polled[1].revents != 0) {
             relay_init(init, -1); /* PID 1 ended before it took a launch */
         }
     }
-    int exit_fd = -1;
-    char byte;
-    struct iovec vector = {.iov_base = &byte, .iov_len = 1};
-    union {
-        char buffer[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ancillary;
-    struct msghdr message = {
-        .msg_iov = &vector,
-        .msg_iovlen = 1,
-        .msg_control = ancillary.buffer,
-        .msg_controllen = sizeof ancillary.buffer,
-    };
-    ssize_t got;
-    do {
-        got = recvmsg(connection, &message, MSG_CMSG_CLOEXEC);
-    } while (got < 0 && errno == EINTR);
-    struct cmsghdr *part = got > 0 ? CMSG_FIRSTHDR(&message) : NULL;
-    if (part != NULL && part->cmsg_level == SOL_SOCKET && part->cmsg_type == SCM_RIGHTS &&
-        part->cmsg_len == CMSG_LEN(sizeof(int))) {
-        memcpy(&exit_fd, CMSG_DATA(part), sizeof exit_fd);
-    }
-    close(connection);
-    close(listener);
+    close(sock);
     close(alive);
     close(pidfd);
     prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0); /* from here a launch's outer child like any other */
@@ -1666,12 +1681,12 @@ static void __attribute__((noreturn)) prepared_outer(pid_t init, int listener, i
 }
 
 /* In PID 1 made ahead, once it has taken a launch: give the outer child the exit pipe's write
- * end (-1: none) and close it here. */
+ * end (one datagram to its socket) and close it here. */
 static void hand_over(int exit_fd) {
     struct sockaddr_un address;
     socklen_t length = handover_address(&address);
-    int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (sock < 0 || connect(sock, (const struct sockaddr *)&address, length) < 0) {
+    int sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (sock < 0) {
         die_errno("namespaces");
     }
     char byte = 'x';
@@ -1681,7 +1696,12 @@ static void hand_over(int exit_fd) {
         struct cmsghdr align;
     } ancillary;
     memset(&ancillary, 0, sizeof ancillary);
-    struct msghdr message = {.msg_iov = &vector, .msg_iovlen = 1};
+    struct msghdr message = {
+        .msg_name = &address,
+        .msg_namelen = length,
+        .msg_iov = &vector,
+        .msg_iovlen = 1,
+    };
     if (exit_fd >= 0) {
         message.msg_control = ancillary.buffer;
         message.msg_controllen = sizeof ancillary.buffer;
@@ -1712,9 +1732,11 @@ int sandbox_prepare(unsigned long long before[SANDBOX_NS_COUNT]) {
     setpgid(0, 0); /* our own group: the daemon signals it; PID 1 forwards to the command */
     struct sockaddr_un address;
     socklen_t length = handover_address(&address);
-    int listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (listener < 0 || bind(listener, (const struct sockaddr *)&address, length) < 0 ||
-        listen(listener, 1) < 0) {
+    /* Each datagram comes with its sender's credentials: only PID 1's is taken. */
+    int sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int on = 1;
+    if (sock < 0 || setsockopt(sock, SOL_SOCKET, SO_PASSCRED, &on, sizeof on) < 0 ||
+        bind(sock, (const struct sockaddr *)&address, length) < 0) {
         return -1;
     }
     int alive[2]; /* its write end held by the outer child only: PID 1 sees it gone */
@@ -1727,12 +1749,12 @@ int sandbox_prepare(unsigned long long before[SANDBOX_NS_COUNT]) {
     }
     if (init > 0) {
         close(alive[0]);
-        prepared_outer(init, listener, alive[1]);
+        prepared_outer(init, sock, alive[1]);
     }
     /* PID 1: dies with the outer child until it takes a launch (launcher.c then clears this,
      * as PID 1 forked after the request has none). The outer child may have died already. */
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    close(listener);
+    close(sock);
     close(alive[1]);
     struct pollfd gone = {.fd = alive[0], .events = POLLIN};
     if (poll(&gone, 1, 0) != 0) {
