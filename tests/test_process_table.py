@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -129,6 +130,62 @@ def test_events_are_held_until_announced() -> None:
         assert read.exit_code == 0
 
     asyncio.run(scenario())
+
+
+class KeptStdoutSpawner(HeldSpawner):
+    """A held spawner that keeps a copy of the child's stdout: the test writes the output."""
+
+    stdout = -1
+
+    def launch(self, request: Command, stdio: tuple[int, int, int]) -> Launch:
+        self.stdout = os.dup(stdio[1])
+        return super().launch(request, stdio)
+
+
+def test_output_written_before_the_exit_line_is_read_comes_before_the_exit() -> None:
+    """The exit is handled as its status line is read, possibly before the loop reported the
+    output pipe: what the command wrote by then still gets the earlier seq."""
+
+    async def scenario() -> None:
+        spawner, sink = KeptStdoutSpawner(), Sink()
+        table = _table(spawner, sink)
+        start = asyncio.ensure_future(table.start(_params()))
+        await asyncio.sleep(0)
+        launch = spawner.launches[0]
+        launch.started.set_result((999_999, 999_998))
+        await start
+        os.write(spawner.stdout, b"out\n")
+        launch.feed(b"X 0\n")  # no loop pass in between: the pipe's event is not handled yet
+        os.close(spawner.stdout)
+        read = await table.read(decode(ReadParams, {"processId": "p", "waitMs": 5000}))
+        assert [(chunk.seq, chunk.data) for chunk in read.chunks] == [(1, b"out\n")]
+        assert read.exited
+
+    asyncio.run(scenario())
+
+
+def test_the_exit_is_handled_once_whoever_resolves_it() -> None:
+    """``when_exited``'s callback runs once: from the status line, or from the future."""
+
+    async def scenario() -> tuple[list[int], list[int]]:
+        loop = asyncio.get_running_loop()
+        by_line, by_future = [], []
+        fed = Launch(loop.create_future(), loop.create_future(), loop.create_future())
+        fed.started.set_result((999_999, 999_998))
+        fed.when_exited(lambda exited: by_line.append(exited.result()))
+        fed.feed(b"X 256\n")
+        assert by_line == [256]  # at once, not a loop pass later
+        resolved = Launch(loop.create_future(), loop.create_future(), loop.create_future())
+        resolved.started.set_result((999_999, 999_998))
+        resolved.when_exited(lambda exited: by_future.append(exited.result()))
+        resolved.exited.set_result(0)
+        await asyncio.sleep(0)
+        fed.end()
+        resolved.end()
+        await asyncio.sleep(0)
+        return by_line, by_future
+
+    assert asyncio.run(scenario()) == ([256], [0])
 
 
 def test_no_signal_once_the_tree_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
