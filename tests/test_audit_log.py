@@ -22,6 +22,7 @@ import pytest
 
 from executor import audit
 from executor.client import ServerError, SyncEnvironment
+from executor.errors import InvalidParams
 from executor.logs import configure_logging
 from tests.http.servers import HttpServer, serve
 from tests.sandbox.wire import context, managed, special
@@ -386,3 +387,30 @@ def test_rendering_keeps_one_line_and_the_record_keys() -> None:
     (entry,) = [json.loads(line) for line in _render("json", fields).splitlines()]
     assert entry["message"] == "refused" and entry["error"] == "a\nINFO forged"
     assert entry["ok"] is True and entry["n"] == 2
+
+
+def test_an_operation_describes_itself_only_for_a_line_or_a_refusal() -> None:
+    """``describe`` is not called while the audit log is off, unless the work is refused."""
+    calls: list[str] = []
+
+    def describe() -> dict[str, Any]:
+        calls.append("described")
+        return {"path": "/x", "mode": "r"}
+
+    level = audit.log.level
+    audit.log.setLevel(logging.WARNING)
+    try:
+        with audit.operation("fs.open", None, describe) as fields:
+            fields["handle"] = 1
+    finally:
+        audit.log.setLevel(level)
+    assert calls == []
+    with pytest.raises(InvalidParams) as raised, audit.operation("fs.open", None, describe):
+        raise InvalidParams("refused")
+    assert calls == ["described"]
+    assert raised.value.audit is not None
+    assert {k: raised.value.audit[k] for k in ("operation", "path", "mode")} == {
+        "operation": "fs.open",
+        "path": "/x",
+        "mode": "r",
+    }
