@@ -35,10 +35,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -429,11 +429,6 @@ static int bind_fd(int source_fd, const char *target, unsigned long flags) {
     char source[64];
     fd_path(source, sizeof source, source_fd);
     return mount(source, target, NULL, MS_BIND | flags, NULL);
-}
-
-static int exists(const char *path) {
-    struct stat info;
-    return lstat(path, &info) == 0;
 }
 
 /* --- /proc/self/mountinfo ------------------------------------------------------------------ */
@@ -897,12 +892,7 @@ static int private_dev(int private_shm, int tty) {
         } else {
             snprintf(node, sizeof node, "%s", CONSOLE);
         }
-        int fd = open(node, O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
-        if (fd < 0) {
-            goto out;
-        }
-        close(fd);
-        if (bind_fd(keep[i], node, 0) < 0) {
+        if (mknod(node, S_IFREG | 0666, 0) < 0 || bind_fd(keep[i], node, 0) < 0) {
             goto out;
         }
     }
@@ -940,21 +930,23 @@ out:;
 }
 
 /* /proc entries with host-wide secrets or kernel internals: masked as container runtimes do.
- * Entries a kernel config leaves out need no mask; any other failure fails the launch. */
+ * Entries a kernel config leaves out need no mask (the mount on them fails with ENOENT: no
+ * look-up first); any other failure fails the launch. */
 static int mask_proc(int readonly) {
     int null = open("/dev/null", O_PATH | O_CLOEXEC);
     if (null < 0) {
         return -1;
     }
     int result = 0;
+    /* A mount on an entry that is not there fails with ENOENT: nothing to mask. */
     for (size_t i = 0; result == 0 && i < COUNT(PROC_MASKED_FILES); i++) {
-        if (exists(PROC_MASKED_FILES[i])) {
-            result = bind_fd(null, PROC_MASKED_FILES[i], 0);
+        if (bind_fd(null, PROC_MASKED_FILES[i], 0) < 0 && errno != ENOENT) {
+            result = -1;
         }
     }
     for (size_t i = 0; result == 0 && !readonly && i < COUNT(PROC_WRITABLE_FILES); i++) {
-        if (exists(PROC_WRITABLE_FILES[i])) {
-            result = bind_fd(null, PROC_WRITABLE_FILES[i], 0);
+        if (bind_fd(null, PROC_WRITABLE_FILES[i], 0) < 0 && errno != ENOENT) {
+            result = -1;
         }
     }
     int error = errno;
@@ -965,16 +957,21 @@ static int mask_proc(int readonly) {
     }
     /* Their entries are writable settings (acpi, scsi): a read-only /proc covers them. */
     for (size_t i = 0; i < COUNT(PROC_MASKED_DIRS); i++) {
-        if (exists(PROC_MASKED_DIRS[i]) &&
-            mount("tmpfs", PROC_MASKED_DIRS[i], "tmpfs",
-                  MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k") < 0) {
+        if (mount("tmpfs", PROC_MASKED_DIRS[i], "tmpfs",
+                  MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k") < 0 &&
+            errno != ENOENT) {
             return -1;
         }
     }
     for (size_t i = 0; i < COUNT(PROC_READONLY); i++) {
         const char *path = PROC_READONLY[i];
-        if (exists(path) && (mount(path, path, NULL, MS_BIND | MS_REC, NULL) < 0 ||
-                             set_mount_attr(path, ATTR_RDONLY, 0, 1) < 0)) {
+        if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) < 0) {
+            if (errno == ENOENT) {
+                continue;
+            }
+            return -1;
+        }
+        if (set_mount_attr(path, ATTR_RDONLY, 0, 1) < 0) {
             return -1;
         }
     }
