@@ -718,9 +718,10 @@ static int parse(char *payload, uint32_t length, struct launch *launch, const ch
  *
  * For a while after a sandboxed launch whose namespaces sandbox_prepare can make (mount, PID,
  * IPC, a new network namespace; no user namespace), the launcher keeps the next one's
- * supervisor and outer child forked, the namespaces already unshared; a matching request is
- * handed to them (the launcher's control-socket format: length, payload, the four descriptors
- * on its first bytes), saving two forks and the unshare. It is dropped (killed) when it has
+ * supervisor, outer child and PID 1 forked, the namespaces already unshared (sandbox.c: "a
+ * launch prepared ahead"); a matching request is handed to them (the launcher's
+ * control-socket format: length, payload, the four descriptors on its first bytes), saving
+ * three forks and the unshare. It is dropped (killed) when it has
  * waited PREPARED_KEEP_MS (its mount namespace is a copy of the host's: it must not pin the
  * host's mounts while idle) and as soon as the host's mount table changes (a copy made before
  * a mount or unmount is stale), which /proc/self/mountinfo signals with POLLPRI. Anything
@@ -783,9 +784,10 @@ static int send_request(int sock, const char *payload, uint32_t length, const in
     return 0;
 }
 
-/* The prepared outer child: make the namespaces, then wait for its launch (the payload, and
- * stdin, stdout, stderr, the error and the exit pipes' write ends). Dies with its supervisor
- * until then. */
+/* The prepared launch's child: make the namespaces and fork PID 1 of them (sandbox_prepare;
+ * the outer child stays in there and relays PID 1's exit), then, in PID 1, wait for its launch
+ * (the payload, and stdin, stdout, stderr, the error and the exit pipes' write ends). Until it
+ * has one it dies with the supervisor (the outer child) and PID 1 with the outer child. */
 static void __attribute__((noreturn)) prepared_child(int sock, pid_t supervisor) {
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     if (getppid() != supervisor) {
