@@ -228,14 +228,38 @@ def _import_pyseccomp() -> Any:
     return pyseccomp
 
 
+#: ``SCMP_FLTATR_CTL_OPTIMIZE`` value for a binary search on the syscall number (libseccomp
+#: 2.5+; the default, 1, tests the numbers one after another in the order they were added).
+_BINARY_TREE = 2
+
+
+def _dispatch_by_binary_search(f: Any, seccomp: Any) -> None:
+    """Find the syscall number's rules by a binary search instead of a linear chain.
+
+    Same decisions, fewer instructions per call. It matters most when the filter is loaded:
+    the kernel then runs the program for every syscall number of the architecture (to learn
+    which are always allowed): the chain of ~90 comparisons took ~110 us per sandboxed
+    launch to load, the tree takes ~65 us. A libseccomp older than 2.5 has only the chain.
+    """
+    try:
+        f.set_attr(seccomp.Attr.CTL_OPTIMIZE, _BINARY_TREE)
+    except OSError:
+        pass  # the chain: slower to load, same decisions
+
+
 @cache
 def compile_filter(
     network_restricted: bool,
     lock_metadata: bool = False,
     shared_pids: bool = False,
     deny_listen: bool = False,
+    *,
+    linear: bool = False,
 ) -> bytes:
     """The raw BPF program for the network mode (built once per daemon and variant).
+
+    ``linear``: libseccomp's plain chain of comparisons rather than the binary search (the
+    reference the tests compare the search against; nothing else wants it).
 
     ``deny_listen``: ``listen`` fails with ``EPERM`` (a proxied command without local
     binding); implied when ``network_restricted``.
@@ -249,6 +273,8 @@ def compile_filter(
 
     f = seccomp.SyscallFilter(seccomp.ALLOW)
     f.set_attr(seccomp.Attr.ACT_BADARCH, seccomp.KILL_PROCESS)
+    if not linear:
+        _dispatch_by_binary_search(f, seccomp)
     for name in ALWAYS_DENIED:
         _deny(f, seccomp, name)
     _deny(f, seccomp, "clone3", error=errno.ENOSYS)
