@@ -19,8 +19,19 @@ with three files in one lock directory (``lock_directory()``):
 * ``record`` — the directories executors created, so that whichever process is the last user
   removes them, and never a directory the user made.
 
+The registry is per user (and, for an ordinary user, per state directory), but the places
+are not: ``/tmp/.git`` is every user's, and a process holds its record locks for all its
+clients at once (one client's unlock ends them all). So each client also holds a shared
+``flock`` on every placeholder directory it uses, on a descriptor of its own; a directory
+is removed only under an exclusive ``flock`` taken without waiting (any holder, of any
+registry or client, refuses it), and a holder that got its lock on a directory removed
+meanwhile (no links left) makes it again. Without this, another user's ``executor run``
+removed the ``/tmp/.git`` it had made while this daemon's launch was about to mount over
+it, and that launch failed: ``mounts: ENOENT``.
+
 One batch (a launch's placeholders) costs two ``flock`` calls and one record update, plus a
-lock call and a ``mkdir``/``rmdir`` per placeholder.
+lock call, an ``open`` and a ``flock`` of the directory, and a ``mkdir``/``rmdir`` per
+placeholder.
 """
 
 from __future__ import annotations
@@ -46,6 +57,12 @@ _FLOCK = struct.Struct("@hhqqi4x")
 #: Offsets are 40-bit: two paths sharing one is vanishingly rare, and then only delays a
 #: removal (the byte looks in use), never makes one early.
 _OFFSET_BITS = 40
+#: A directory is locked exclusively only for the length of its ``rmdir``: a shared lock
+#: waits that long at most, unless someone else holds it on purpose.
+_LOCK_WAIT = 5.0
+#: Times a placeholder is made again after another registry removed it under the lock.
+_ATTEMPTS = 8
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 def lock_directory(state_dir: str) -> str:
@@ -71,6 +88,7 @@ class Placeholders:
         self._counts: dict[str, int] = {}
         self._idle: dict[str, float] = {}  # path -> when it may be removed
         self._offsets: dict[int, int] = {}  # offset -> paths of this process holding it
+        self._locked: dict[str, int] = {}  # path -> descriptor holding its shared flock
         self._lock = threading.Lock()
         self._files: tuple[int, int, int] | None = None
         self._timer: threading.Timer | None = None
@@ -81,9 +99,10 @@ class Placeholders:
         wanted = list(dict.fromkeys(paths))
         with self._lock:
             if all(path in self._counts or path in self._idle for path in wanted):
-                # Every one is held by this process already (in use, or lingering): nothing
-                # to create, and no other process removes what this one holds, so the
-                # cross-process mutex (contended by every executor of the user) is not taken.
+                # Every one is held by this client already (in use, or lingering): nothing
+                # to create, and no executor removes what this one holds (its shared lock of
+                # the directory refuses that), so the cross-process mutex (contended by every
+                # executor of the user) is not taken.
                 for path in wanted:
                     if self._idle.pop(path, None) is not None:
                         self._counts[path] = 0
@@ -98,10 +117,11 @@ class Placeholders:
             try:
                 for path in fresh:
                     self._hold(use, path)
-                    created += _make_dirs(path)
+                    created += self._make_locked(path)
             except BaseException:
                 for path in fresh:
                     self._unhold(use, path)
+                    self._unlock(path)
                 _remove_dirs(created)
                 raise
             finally:
@@ -110,6 +130,25 @@ class Placeholders:
             for path in wanted:
                 self._counts[path] = self._counts.get(path, 0) + 1
         return self._releaser(wanted)
+
+    def _make_locked(self, path: str) -> list[str]:
+        """Make ``path`` (and missing parents) and hold a shared lock on it; returns what
+        was made. Made again if it was removed before the lock (by another registry)."""
+        created: list[str] = []
+        for _ in range(_ATTEMPTS):
+            created += _make_dirs(path)
+            fd = _lock_shared(path)
+            if isinstance(fd, _Gone):
+                continue
+            if fd is not None:
+                self._locked[path] = fd
+            return created
+        raise OSError(errno.EAGAIN, f"placeholder {path} was removed {_ATTEMPTS} times over")
+
+    def _unlock(self, path: str) -> None:
+        fd = self._locked.pop(path, None)
+        if fd is not None:
+            os.close(fd)
 
     def _releaser(self, paths: list[str]) -> Callable[[], None]:
         released = False
@@ -170,6 +209,8 @@ class Placeholders:
 
     def _drop(self, paths: list[str]) -> None:
         """Stop holding ``paths``; remove those no other process holds. Lock held."""
+        for path in paths:
+            self._unlock(path)  # this client's own shared lock would refuse the removal
         try:
             with self._batch() as (use, record):
                 last = []
@@ -261,11 +302,13 @@ def _remove_recorded(record: int, paths: list[str]) -> None:
 
 
 def _remove_dirs(directories: list[str]) -> set[str]:
-    """Remove empty directories, innermost first; returns those still there (not empty)."""
+    """Remove empty directories no one holds, innermost first; returns those still there
+    (not empty, or in use)."""
     left: set[str] = set()
     for directory in sorted(set(directories), key=lambda d: d.count("/"), reverse=True):
         try:
-            os.rmdir(directory)
+            if not _remove_unused(directory):
+                left.add(directory)
         except FileNotFoundError:
             continue
         except OSError as exc:
@@ -273,6 +316,65 @@ def _remove_dirs(directories: list[str]) -> set[str]:
             if exc.errno not in (errno.ENOTEMPTY, errno.EBUSY):
                 log.info("placeholder %s left as it is: %s", directory, exc.strerror)
     return left
+
+
+def _remove_unused(directory: str) -> bool:
+    """``rmdir`` under an exclusive lock of the directory; False when someone holds it."""
+    fd = os.open(directory, _DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a client (of any registry) uses it
+        locked, named = os.fstat(fd), os.lstat(directory)
+        if (locked.st_dev, locked.st_ino) != (named.st_dev, named.st_ino):
+            return False  # replaced meanwhile: not the directory that was found unused
+        os.rmdir(directory)
+        return True
+    finally:
+        os.close(fd)
+
+
+class _Gone:
+    """``_lock_shared``'s answer when the directory was removed before it was locked."""
+
+
+_GONE = _Gone()
+
+
+def _lock_shared(path: str) -> int | _Gone | None:
+    """A descriptor of directory ``path`` holding a shared ``flock`` (none while it is being
+    removed), ``_GONE`` if it is no longer there, None if it is no directory this process
+    can open: a file or a symlink (no executor removes those), or another user's directory
+    it may not read (then its maker's executors cannot see this use of it)."""
+    try:
+        fd = os.open(path, _DIRECTORY)
+    except FileNotFoundError:
+        return _GONE
+    except OSError:
+        return None
+    try:
+        deadline = time.monotonic() + _LOCK_WAIT
+        delay = 0.0005
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                # Exclusive only while one is removed: wait for that, not for ever.
+                if time.monotonic() >= deadline:
+                    raise OSError(
+                        errno.EBUSY, f"placeholder {path} is locked by another process"
+                    ) from None
+                time.sleep(delay)
+                delay = min(2 * delay, 0.05)
+        if os.fstat(fd).st_nlink == 0:
+            os.close(fd)
+            return _GONE  # removed between the open and the lock
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _make_dirs(path: str) -> list[str]:
@@ -288,5 +390,7 @@ def _make_dirs(path: str) -> list[str]:
             os.mkdir(directory, 0o755)
         except FileExistsError:
             continue  # made meanwhile by someone outside the executor: theirs, not ours
+        except FileNotFoundError:
+            break  # a parent another registry made was removed meanwhile: made again
         created.append(directory)
     return created
