@@ -57,9 +57,11 @@ _FLOCK = struct.Struct("@hhqqi4x")
 #: Offsets are 40-bit: two paths sharing one is vanishingly rare, and then only delays a
 #: removal (the byte looks in use), never makes one early.
 _OFFSET_BITS = 40
-#: A directory is locked exclusively only for the length of its ``rmdir``: a shared lock
-#: waits that long at most, unless someone else holds it on purpose.
-_LOCK_WAIT = 5.0
+#: A directory is locked exclusively only for the length of its ``rmdir``, so a shared lock
+#: waits briefly: anyone who can open the directory (a sandboxed command that sees it, too)
+#: can hold an exclusive lock on purpose, and a launch should then fail soon, with a clear
+#: error, not stall.
+_LOCK_WAIT = 0.5
 #: Times a placeholder is made again after another registry removed it under the lock.
 _ATTEMPTS = 8
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
