@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from executor import proctree
-from executor.process import LiveProcessCounter, ProcessLimits, ProcessTable, RefuseSandbox
+from executor.process import (
+    LiveProcessCounter,
+    ManagedProcess,
+    ProcessLimits,
+    ProcessTable,
+    RefuseSandbox,
+)
 from executor.protocol.decode import decode
 from executor.protocol.jsonrpc import Spliced
 from executor.protocol.messages import (
@@ -79,6 +85,18 @@ def _params(process_id: str = "p", **extra: Any) -> StartParams:
     return decode(StartParams, {**wire, **extra})
 
 
+async def _start_held(
+    table: ProcessTable, spawner: HeldSpawner, params: StartParams
+) -> tuple[Launch, ManagedProcess]:
+    """Start ``params`` on ``table`` and report the launch started (pid 999999)."""
+    start = asyncio.ensure_future(table.start(params))
+    await asyncio.sleep(0)
+    launch = spawner.launches[-1]
+    launch.started.set_result((999_999, 999_998))
+    _result, process = await start
+    return launch, process
+
+
 def test_write_while_starting_reports_starting() -> None:
     """A write that arrives while the spawn is in flight answers ``starting``."""
 
@@ -114,11 +132,7 @@ def test_events_are_held_until_announced() -> None:
     async def scenario() -> None:
         spawner, sink = HeldSpawner(), Sink()
         table = _table(spawner, sink)
-        start = asyncio.ensure_future(table.start(_params()))
-        await asyncio.sleep(0)
-        launch = spawner.launches[0]
-        launch.started.set_result((999_999, 999_998))
-        _result, process = await start
+        launch, process = await _start_held(table, spawner, _params())
         launch.exited.set_result(0)
         await asyncio.sleep(0)
         assert sink.notes == []
@@ -149,11 +163,7 @@ def test_output_written_before_the_exit_line_is_read_comes_before_the_exit() -> 
     async def scenario() -> None:
         spawner, sink = KeptStdoutSpawner(), Sink()
         table = _table(spawner, sink)
-        start = asyncio.ensure_future(table.start(_params()))
-        await asyncio.sleep(0)
-        launch = spawner.launches[0]
-        launch.started.set_result((999_999, 999_998))
-        await start
+        launch, _process = await _start_held(table, spawner, _params())
         os.write(spawner.stdout, b"out\n")
         launch.feed(b"X 0\n")  # no loop pass in between: the pipe's event is not handled yet
         os.close(spawner.stdout)
@@ -201,11 +211,7 @@ def test_no_signal_once_the_tree_is_gone(monkeypatch: pytest.MonkeyPatch) -> Non
     async def scenario() -> None:
         spawner, sink = HeldSpawner(), Sink()
         table = _table(spawner, sink)
-        start = asyncio.ensure_future(table.start(_params(process_id="t")))
-        await asyncio.sleep(0)
-        launch = spawner.launches[0]
-        launch.started.set_result((999_999, 999_998))
-        await start
+        launch, _process = await _start_held(table, spawner, _params(process_id="t"))
         terminate = decode(TerminateParams, {"processId": "t"})
         assert table.terminate(terminate) is True
         assert sent == [(999_999, 999_998, signal.SIGKILL)]
