@@ -3,9 +3,10 @@
 Run in a private mount namespace (``unshare --mount --propagation private``): between two
 launches it mounts a tmpfs, which only that namespace ever sees. Prints one JSON object:
 for each launch, how long before its request the launch's outer child started (clock ticks;
-a launch prepared ahead started well before) and what the command printed.
+a launch prepared ahead started well before), what the command printed and its exit code.
 
-    prepared_launches.py WORK_DIR
+    prepared_launches.py WORK_DIR            three launches, a tmpfs mounted before the third
+    prepared_launches.py WORK_DIR --forge    two launches of FORGE (the second prepared)
 """
 
 from __future__ import annotations
@@ -58,11 +59,12 @@ async def _launch(
         outer, _supervisor = await asyncio.wait_for(launched.started, 30)
         ahead = asked - _started_ticks(outer)
         os.write(go_write, b"go\n")
-        await asyncio.wait_for(launched.exited, 30)
+        status = await asyncio.wait_for(launched.exited, 30)
         output = b""
         while chunk := os.read(read_end, 65536):
             output += chunk
-        return {"ahead": ahead, "output": output.decode()}
+        code = os.waitstatus_to_exitcode(status) if status >= 0 else status
+        return {"ahead": ahead, "output": output.decode(), "code": code}
     finally:
         if write_end >= 0:
             os.close(write_end)
@@ -71,6 +73,43 @@ async def _launch(
         os.close(go_write)
         if plan.release is not None:
             plan.release()
+
+
+#: A command that tries to hand its outer child a forged exit pipe: a datagram to the abstract
+#: name PID 1 uses (sandbox.c), carrying the write end of a pipe it then writes "exit 0"
+#: into, before it exits 7 itself. Its outer child must report 7. (With the network off the
+#: seccomp filter refuses the datagram socket itself: "refused 1".)
+FORGE = """read go
+python3 - <<'PY'
+import os, socket, struct
+read_end, write_end = os.pipe()
+try:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", write_end))],
+                 0, "\\0executor-sandbox-outer-child")
+    print("sent")
+except OSError as error:
+    print("refused", error.errno)
+os.write(write_end, struct.pack("i", 0))
+PY
+exit 7"""
+
+
+async def forge(work: str) -> None:
+    rules = RuleSet(
+        filesystem_restricted=True,
+        rules=(PathRule("/", Access.READ), PathRule(work, Access.WRITE)),
+        network=NetworkMode.RESTRICTED,
+    )
+    backend = LinuxBackend(state_dir=os.path.join(work, "state"))
+    spawner = Spawner()
+    try:
+        results = [await _launch(spawner, backend, rules, work, FORGE)]
+        await asyncio.sleep(0.3)
+        results.append(await _launch(spawner, backend, rules, work, FORGE))
+    finally:
+        spawner.close()
+    print(json.dumps(results))
 
 
 async def main(work: str) -> None:
@@ -101,4 +140,4 @@ async def main(work: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1]))
+    asyncio.run(forge(sys.argv[1]) if sys.argv[2:] == ["--forge"] else main(sys.argv[1]))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
+import fcntl
 import multiprocessing
 import os
 import subprocess
@@ -96,6 +98,28 @@ def test_an_unused_placeholder_lingers_briefly_and_is_reused(tmp_path: Path) -> 
     placeholders.acquire([str(target)])()
     placeholders.flush()
     assert not target.exists(), "flush removes what lingers at once"
+
+
+def test_an_exclusive_lock_held_on_purpose_fails_the_acquire_soon(tmp_path: Path) -> None:
+    """Whoever can open a placeholder directory can hold an exclusive ``flock`` on it (a
+    sandboxed command that sees it, another user): the acquire then fails within about half
+    a second, naming the directory, instead of stalling every launch that needs it; once the
+    lock is let go, the same place is usable again."""
+    locks, target = str(tmp_path / "locks"), tmp_path / "ws" / ".codex"
+    target.mkdir(parents=True)
+    placeholders = Placeholders(lambda: locks, grace=0)
+    hostile = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(hostile, fcntl.LOCK_EX)
+        started = time.monotonic()
+        with pytest.raises(OSError, match=str(target)) as refused:
+            placeholders.acquire([str(target)])
+        assert refused.value.errno == errno.EBUSY
+        assert time.monotonic() - started < 3.0
+    finally:
+        os.close(hostile)
+    placeholders.acquire([str(target)])()
+    assert target.is_dir(), "the user's own directory stays"
 
 
 @pytest.mark.enforcement
