@@ -288,7 +288,7 @@ def _struct(cls: type) -> Decoder:
                     continue  # absent and null both take the default
                 if raw is _MISSING:
                     raise DecodeError(f"missing field `{wire}`", path)
-            kwargs[attr] = field_decoder(raw, f"{path}.{wire}" if path else wire)
+            kwargs[attr] = field_decoder(raw, _join(path, wire))
         return cls(**kwargs)
 
     return check
