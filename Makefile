@@ -31,7 +31,8 @@ $(VENV)/bin/python:
 # The C sources too: an editable install compiles the native launcher and the WebSocket
 # frame loops in place.
 $(VENV)/.installed: $(VENV)/bin/python pyproject.toml setup.py executor/spawn/launcher.c \
-		executor/spawn/sandbox.c executor/spawn/sandbox.h executor/transports/_frames.c
+		executor/spawn/sandbox.c executor/spawn/sandbox.h executor/spawn/command_spawn.c \
+		executor/spawn/command_spawn.h executor/transports/_frames.c
 	@scripts/ensure-system-deps.sh
 	@# Venvs made before the distribution was renamed hold it under its old name too.
 	@$(BIN)/python -m pip uninstall --quiet --yes executor >&2 2>/dev/null || true

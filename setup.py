@@ -19,7 +19,11 @@ from setuptools import Command, setup
 from setuptools.command.build import build
 from setuptools.dist import Distribution
 
-SOURCES = ["executor/spawn/launcher.c", "executor/spawn/sandbox.c"]
+SOURCES = [
+    "executor/spawn/launcher.c",
+    "executor/spawn/sandbox.c",
+    "executor/spawn/command_spawn.c",
+]
 TARGET = "executor/spawn/executor-launcher"
 CFLAGS = ["-O2", "-Wall", "-Wextra", "-std=gnu11"]
 
@@ -67,7 +71,7 @@ class BuildLauncher(Command):
         return [self._target()]
 
     def get_source_files(self) -> list[str]:
-        return [*SOURCES, "executor/spawn/sandbox.h"]
+        return [*SOURCES, "executor/spawn/sandbox.h", "executor/spawn/command_spawn.h"]
 
     def get_output_mapping(self) -> dict[str, str]:
         return {}

@@ -20,7 +20,7 @@
  * (sandboxed launches, before "S"), "X <wait status>", then EOF once the command and every
  * descendant are gone (it is their child subreaper).
  *
- * A plain command is started with posix_spawn. A sandboxed one is forked with an error pipe
+ * A plain command is started with command_spawn (vfork). A sandboxed one is forked with an error pipe
  * (close-on-exec): the child applies the layers (sandbox.c, the same stages as
  * plugins/executor_linux/launcher.py) and reports a failed stage, or what it observed, there;
  * the supervisor relays that and reports the start when the pipe closes. An exit pipe brings
@@ -42,7 +42,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +56,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "command_spawn.h"
 #include "sandbox.h"
 
 #ifndef PR_SET_CHILD_SUBREAPER
@@ -540,38 +540,17 @@ static void supervise(const struct launch *launch) {
         _exit(0);
     }
 
-    posix_spawn_file_actions_t actions;
-    posix_spawnattr_t attributes;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawnattr_init(&attributes);
+    char terminal[256];
     if (launch->tty) {
-        /* After setsid, opening the terminal by name makes it the controlling terminal. */
-        char terminal[256];
         int error = ttyname_r(launch->fds[1], terminal, sizeof terminal);
         if (error != 0) {
             fail(launch, "exec", error);
             _exit(0);
         }
-        posix_spawn_file_actions_addopen(&actions, 0, terminal, O_RDWR, 0);
-        posix_spawn_file_actions_adddup2(&actions, 0, 1);
-        posix_spawn_file_actions_adddup2(&actions, 0, 2);
-    } else {
-        for (int target = 0; target < 3; target++) {
-            posix_spawn_file_actions_adddup2(&actions, launch->fds[target + 1], target);
-        }
     }
-    sigset_t all;
-    sigset_t none;
-    sigfillset(&all);
-    sigemptyset(&none);
-    posix_spawnattr_setsigdefault(&attributes, &all);
-    posix_spawnattr_setsigmask(&attributes, &none);
-    posix_spawnattr_setflags(
-        &attributes, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-
     pid_t command;
-    int error = posix_spawn(
-        &command, launch->executable, &actions, &attributes, launch->argv, launch->envp);
+    int error = command_spawn(launch->executable, launch->argv, launch->envp, launch->fds + 1,
+                              launch->tty ? terminal : NULL, &command);
     if (error != 0) {
         fail(launch, "exec", error);
         reap(-1, status_fd, 0, -1);
@@ -993,6 +972,13 @@ int main(int argc, char **argv) {
     int control = atoi(argv[1]);
     pid_t daemon = (pid_t)atol(argv[2]);
     setsid(); /* keep the daemon's terminal (and its ^C) away from every command */
+    /* Whatever the daemon ignored (nohup's SIGHUP) is not passed on: command_spawn resets only
+     * the three set here. */
+    for (int signal_number = 1; signal_number < NSIG; signal_number++) {
+        if (signal_number != SIGKILL && signal_number != SIGSTOP) {
+            signal(signal_number, SIG_DFL); /* glibc's own (32, 33) refuse: harmless */
+        }
+    }
     signal(SIGCHLD, SIG_IGN);
     signal(SIGINT, SIG_IGN);
     signal(SIGPIPE, SIG_IGN); /* a status pipe whose reader is gone must not kill anyone */

@@ -32,13 +32,13 @@
 
 #define _GNU_SOURCE
 #include "sandbox.h"
+#include "command_spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -1435,10 +1435,6 @@ static void __attribute__((noreturn)) namespace_init(const struct sandbox *sandb
     CHECK("chdir", chdir(command->cwd));
     confine(sandbox, before);
 
-    posix_spawn_file_actions_t actions;
-    posix_spawnattr_t attributes;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawnattr_init(&attributes);
     char terminal[256];
     if (command->tty) {
         /* After setsid, opening the terminal by name makes it the controlling terminal; in a
@@ -1451,21 +1447,10 @@ static void __attribute__((noreturn)) namespace_init(const struct sandbox *sandb
                 die("exec", error, strerror(error));
             }
         }
-        posix_spawn_file_actions_addopen(&actions, 0, terminal, O_RDWR, 0);
-        posix_spawn_file_actions_adddup2(&actions, 0, 1);
-        posix_spawn_file_actions_adddup2(&actions, 0, 2);
     }
-    sigset_t all;
-    sigset_t none;
-    sigfillset(&all);
-    sigemptyset(&none);
-    posix_spawnattr_setsigdefault(&attributes, &all);
-    posix_spawnattr_setsigmask(&attributes, &none);
-    posix_spawnattr_setflags(&attributes,
-                             POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
     pid_t child;
-    int error = posix_spawn(&child, command->executable, &actions, &attributes, command->argv,
-                            command->envp);
+    int error = command_spawn(command->executable, command->argv, command->envp, NULL,
+                              command->tty ? terminal : NULL, &child);
     if (error != 0) {
         die("exec", error, strerror(error));
     }

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -134,6 +135,32 @@ def test_executor_run_uses_the_named_launcher(scene: Scene, sandbox_launch: str)
     assert result.returncode == 0, result.stderr
     pid1 = os.path.basename(result.stdout.strip())
     assert (pid1 == "executor-launcher") is (sandbox_launch == "native"), pid1
+
+
+def test_the_sandboxed_command_starts_with_default_signals(box: Path, sandbox_launch: str) -> None:
+    """Nothing ignored or blocked reaches the command from the daemon (here: the test, which
+    starts the launcher server) or from PID 1 and the outer child, which ignore the signals
+    they forward; the command can still ignore one itself."""
+    status = box / "work" / "status"
+    passed_on = (signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT, signal.SIGUSR1, signal.SIGALRM)
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in passed_on}
+    try:
+        _, code = launch(base_spec(box), ["/bin/cp", "/proc/self/status", str(status)], "/")
+        _, code_trapping = launch(
+            base_spec(box),
+            ["/bin/sh", "-c", f"trap '' HUP; exec cp /proc/self/status {status}.trapped"],
+            "/",
+        )
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    assert (code, code_trapping) == (0, 0)
+    fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+    glibc_internal = 1 << 31 | 1 << 32
+    assert (int(fields["SigIgn"], 16) & ~glibc_internal, int(fields["SigBlk"], 16)) == (0, 0)
+    trapped = (status.parent / "status.trapped").read_text()
+    ignored = next(line for line in trapped.splitlines() if line.startswith("SigIgn:"))
+    assert int(ignored.split()[1], 16) & 1 << (signal.SIGHUP - 1)
 
 
 def test_an_intact_spec_runs_the_command_with_every_layer(box: Path) -> None:

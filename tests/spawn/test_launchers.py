@@ -214,6 +214,43 @@ def test_the_command_leads_a_new_session_with_default_signals(spawner: Spawner) 
     assert int(fields["SigIgn"], 16) & ~glibc_internal == 0
 
 
+def command_signals(spawner: Spawner) -> tuple[int, int]:
+    """(SigIgn, SigBlk) of a command launched by ``spawner``, read by the command itself."""
+
+    async def scenario() -> str:
+        started, captured = launch(spawner, command("/bin/cat", "/proc/self/status"))
+        await started.gone
+        return captured.read()
+
+    fields = dict(line.split(":\t", 1) for line in run(scenario).splitlines() if ":\t" in line)
+    return int(fields["SigIgn"], 16), int(fields["SigBlk"], 16)
+
+
+def test_signals_the_daemon_ignored_are_default_in_the_command(spawner: Spawner) -> None:
+    # Under nohup (or a service manager that ignores some) the daemon, and so the launcher
+    # server it starts, inherit ignored signals; an ignored disposition survives execve. The
+    # native launcher resets them when it starts, its supervisors the ones it sets itself.
+    passed_on = (signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT, signal.SIGUSR1, signal.SIGALRM)
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in passed_on}
+    try:
+        ignored, blocked = command_signals(spawner)  # the launch starts the launcher server
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    glibc_internal = 1 << 31 | 1 << 32
+    assert (ignored & ~glibc_internal, blocked) == (0, 0)
+
+    # The counterpart: a command can still be made to ignore one (a disposition the command
+    # sets itself is its own).
+    async def scenario() -> str:
+        started, captured = launch(spawner, sh("trap '' HUP; exec cat /proc/self/status"))
+        await started.gone
+        return captured.read()
+
+    status = dict(line.split(":\t", 1) for line in run(scenario).splitlines() if ":\t" in line)
+    assert int(status["SigIgn"], 16) & 1 << (signal.SIGHUP - 1)
+
+
 def test_a_terminal_becomes_the_controlling_terminal(spawner: Spawner) -> None:
     controller, terminal = pty.openpty()
     request = Command(
