@@ -9,19 +9,23 @@
  *     tty ("0" or "1"), cwd, executable, argc (decimal), argv[0..argc), env ("KEY=VALUE")...
  *   and, as SCM_RIGHTS on the first byte, the descriptors status, stdin, stdout, stderr.
  *
+ *   A plain launch for a kept supervisor puts "K\0\0\0" and the slot's number (one byte)
+ *   first (the daemon sends it only to a launcher whose usage text offers "supervisor-slots").
+ *
  *   A sandboxed launch puts its spec first: "S\0\0\0\0", the spec's 4-byte big-endian
  *   length, the spec (sandbox.c; encoded by plugins/executor_linux/native_spec.py), then the
  *   fields above. (A launcher that predates specs reads an empty argc there and refuses the
  *   request; the daemon sends specs only to a launcher whose usage text names the version.)
  *
  * For each request it forks a supervisor and forgets it (SIGCHLD is ignored, so the kernel
- * reaps supervisors). The supervisor speaks the status-line protocol of zygote.py on the
- * status pipe: "S <pid> <supervisor>", "E <stage> <errno> <detail>", "O <observed layers>"
- * (sandboxed launches, before "S"), "X <wait status>", then EOF once the command and every
- * descendant are gone (it is their child subreaper).
+ * reaps supervisors), or hands a plain request that names a slot to that slot's kept
+ * supervisor ("supervisors kept for reuse" below). The supervisor speaks the status-line
+ * protocol of zygote.py on the status pipe: "S <pid> <supervisor>", "E <stage> <errno>
+ * <detail>", "O <observed layers>" (sandboxed launches, before "S"), "X <wait status>", then
+ * EOF once the command and every descendant are gone (it is their child subreaper).
  *
- * A plain command is started with command_spawn (vfork). A sandboxed one is forked with an error pipe
- * (close-on-exec): the child applies the layers (sandbox.c, the same stages as
+ * A plain command is started with command_spawn (vfork). A sandboxed one is forked with an
+ * error pipe (close-on-exec): the child applies the layers (sandbox.c, the same stages as
  * plugins/executor_linux/launcher.py) and reports a failed stage, or what it observed, there;
  * the supervisor relays that and reports the start when the pipe closes. An exit pipe brings
  * the exit early, before the child's own exit tears its namespaces down (sandbox.h). After a
@@ -263,6 +267,7 @@ struct launch {
     char **envp;
     int sandboxed;
     struct sandbox sandbox;
+    int slot; /* the kept supervisor the daemon asks for; -1: a supervisor for this launch only */
 };
 
 /* Read the early exit report of a sandboxed command's child (sandbox.h: sandbox_launch) from
@@ -285,8 +290,9 @@ static int early_exit(int exit_fd, int *status) {
  * SIGTERM are blocked and taken with sigwaitinfo (or, while `exit_fd` may still bring the
  * exit early, read from a signalfd polled beside it), so a SIGTERM can never slip in between
  * a check and a blocking wait. The exit is reported once: from `exit_fd` if it comes whole,
- * else from the command's wait status. */
-static void reap(pid_t command, int status_fd, int report_exit, int exit_fd) {
+ * else from the command's wait status. Returns 1 if a SIGTERM killed the tree. */
+static int reap(pid_t command, int status_fd, int report_exit, int exit_fd) {
+    int terminated = 0;
     sigset_t wanted;
     sigemptyset(&wanted);
     sigaddset(&wanted, SIGCHLD);
@@ -315,6 +321,7 @@ static void reap(pid_t command, int status_fd, int report_exit, int exit_fd) {
         if (exit_fd < 0) {
             if (sigwaitinfo(&wanted, NULL) == SIGTERM) {
                 kill_subtree();
+                terminated = 1;
             }
             continue;
         }
@@ -334,6 +341,7 @@ static void reap(pid_t command, int status_fd, int report_exit, int exit_fd) {
         if (polled[1].revents != 0 && read(signals, &taken, sizeof taken) == sizeof taken &&
             taken.ssi_signo == SIGTERM) {
             kill_subtree();
+            terminated = 1;
         }
     }
     if (exit_fd >= 0) {
@@ -342,6 +350,7 @@ static void reap(pid_t command, int status_fd, int report_exit, int exit_fd) {
     if (signals >= 0) {
         close(signals);
     }
+    return terminated;
 }
 
 static void fail(const struct launch *launch, const char *stage, int error) {
@@ -512,9 +521,44 @@ static void __attribute__((noreturn)) relay_sandboxed(const struct launch *launc
     _exit(0);
 }
 
-/* The supervisor: runs in the forked child and never returns. */
-static void supervise(const struct launch *launch) {
+/* One plain launch, from the working directory to the end of its tree: returns once the
+ * command and every descendant are gone, its descriptors and the status pipe closed (the
+ * daemon's end of the launch). Returns 1 if a SIGTERM killed the tree. */
+static int run_plain(const struct launch *launch) {
     int status_fd = launch->fds[0];
+    int terminated = 0;
+    pid_t command = -1;
+    int error = chdir(launch->cwd) != 0 ? errno : 0;
+    const char *stage = "chdir";
+    char terminal[256];
+    if (error == 0 && launch->tty) {
+        stage = "exec";
+        error = ttyname_r(launch->fds[1], terminal, sizeof terminal);
+    }
+    if (error == 0) {
+        stage = "exec";
+        error = command_spawn(launch->executable, launch->argv, launch->envp, launch->fds + 1,
+                              launch->tty ? terminal : NULL, &command);
+    }
+    for (int i = 1; i < 4; i++) {
+        close(launch->fds[i]);
+    }
+    if (error != 0) {
+        fail(launch, stage, error);
+        terminated = reap(-1, status_fd, 0, -1);
+    } else {
+        report(status_fd, "S %d %d\n", (int)command, (int)getpid());
+        terminated = reap(command, status_fd, 1, -1);
+    }
+    close(status_fd);
+    return terminated;
+}
+
+static void __attribute__((noreturn)) serve_slot(int sock, pid_t launcher);
+
+/* The supervisor: runs in the forked child and never returns. With `slot_sock` (>= 0) it is
+ * kept for reuse after this launch ("supervisors kept for reuse" below). */
+static void __attribute__((noreturn)) supervise(const struct launch *launch, int slot_sock) {
     close(launch->control_fd);
 
     /* Both are taken synchronously in reap(); the launcher ignores SIGCHLD, and an ignored
@@ -535,33 +579,10 @@ static void supervise(const struct launch *launch) {
     if (launch->sandboxed) {
         supervise_sandboxed(launch);
     }
-    if (chdir(launch->cwd) != 0) {
-        fail(launch, "chdir", errno);
+    if (run_plain(launch) || slot_sock < 0) {
         _exit(0);
     }
-
-    char terminal[256];
-    if (launch->tty) {
-        int error = ttyname_r(launch->fds[1], terminal, sizeof terminal);
-        if (error != 0) {
-            fail(launch, "exec", error);
-            _exit(0);
-        }
-    }
-    pid_t command;
-    int error = command_spawn(launch->executable, launch->argv, launch->envp, launch->fds + 1,
-                              launch->tty ? terminal : NULL, &command);
-    if (error != 0) {
-        fail(launch, "exec", error);
-        reap(-1, status_fd, 0, -1);
-        _exit(0);
-    }
-    for (int i = 1; i < 4; i++) {
-        close(launch->fds[i]);
-    }
-    report(status_fd, "S %d %d\n", (int)command, (int)getpid());
-    reap(command, status_fd, 1, -1);
-    _exit(0);
+    serve_slot(slot_sock, launch->launcher);
 }
 
 
@@ -633,12 +654,23 @@ static int receive(int control, char **payload, uint32_t *length, int *fds, int 
 }
 
 static const char SANDBOX_PREFIX[5] = {'S', 0, 0, 0, 0};
+/* A plain launch for a kept supervisor: these four bytes, then the slot's number (one byte). */
+static const char SLOT_PREFIX[4] = {'K', 0, 0, 0};
+enum { MAX_SLOTS = 64 };
 
 /* Split the payload into the launch fields (and the sandbox spec, if it has one); the arrays
  * point into `payload`. */
 static int parse(char *payload, uint32_t length, struct launch *launch, const char **why) {
     *why = "malformed launch request";
-    if (length >= 9 && memcmp(payload, SANDBOX_PREFIX, sizeof SANDBOX_PREFIX) == 0) {
+    launch->slot = -1;
+    if (length >= 5 && memcmp(payload, SLOT_PREFIX, sizeof SLOT_PREFIX) == 0) {
+        launch->slot = (unsigned char)payload[4];
+        if (launch->slot >= MAX_SLOTS) {
+            return -1;
+        }
+        payload += 5;
+        length -= 5;
+    } else if (length >= 9 && memcmp(payload, SANDBOX_PREFIX, sizeof SANDBOX_PREFIX) == 0) {
         const unsigned char *size_bytes = (const unsigned char *)payload + 5;
         uint32_t size = (uint32_t)size_bytes[0] << 24 | (uint32_t)size_bytes[1] << 16 |
                         (uint32_t)size_bytes[2] << 8 | (uint32_t)size_bytes[3];
@@ -690,6 +722,100 @@ static int parse(char *payload, uint32_t length, struct launch *launch, const ch
     field[argc + 1 + env_count] = NULL;
     launch->argv = field;
     launch->envp = field + argc + 1;
+    return 0;
+}
+
+/* --- supervisors kept for reuse -------------------------------------------------------------
+ *
+ * On this kind of VM a supervisor's fork and, after the launch, its exit cost ~0.3 ms each
+ * after a short idle (page tables copied, then torn down; the teardown comes before the
+ * status pipe's last holder is gone, on the CPU the daemon is woken on, so the daemon waits
+ * for it): together about a fifth of an isolated /bin/true. So a plain request may name a
+ * slot (SLOT_PREFIX): the slot's supervisor is forked on its first use and, once that launch
+ * has ended, takes the slot's next request from the launcher on a socket pair instead of
+ * exiting. Between launches a kept supervisor is as a fresh one: no child (the end of a
+ * launch is reported only when none is left), no descriptor but its socket, "/" as its working
+ * directory (not the last command's, which it must not hold busy).
+ *
+ * Only the daemon reuses a slot, and only once it has read the end of the slot's previous
+ * launch (spawner.py): until then it may still signal the supervisor's descendants as that
+ * launch's tree, which must never be the next command's. A slot whose supervisor is gone
+ * (killed) gets a new one. A supervisor whose tree a SIGTERM ended (the launcher's death)
+ * exits instead of waiting for more. */
+
+struct slot {
+    pid_t supervisor; /* 0: none yet, or gone */
+    int sock;         /* the launcher's end of its socket pair */
+};
+
+static struct slot slots[MAX_SLOTS];
+
+static int send_request(int sock, const char *payload, uint32_t length, const int *fds,
+                        int count);
+
+/* In a kept supervisor between launches: wait for the next one on `sock` and run it; SIGTERM
+ * is unblocked while it waits (its default action ends it, as the launcher's death should). */
+static void __attribute__((noreturn)) serve_slot(int sock, pid_t launcher) {
+    sigset_t waiting;
+    sigprocmask(SIG_SETMASK, NULL, &waiting);
+    sigdelset(&waiting, SIGTERM);
+    for (;;) {
+        (void)!chdir("/");
+        struct pollfd polled = {.fd = sock, .events = POLLIN};
+        if ((ppoll(&polled, 1, NULL, &waiting) < 0 && errno != EINTR) ||
+            getppid() != launcher) {
+            _exit(0);
+        }
+        char *payload = NULL;
+        uint32_t length = 0;
+        int fds[MAX_FDS];
+        int fd_count = 0;
+        if (receive(sock, &payload, &length, fds, &fd_count) < 0) {
+            _exit(0); /* the launcher is gone */
+        }
+        struct launch launch;
+        memset(&launch, 0, sizeof launch);
+        launch.control_fd = -1;
+        launch.launcher = launcher;
+        memcpy(launch.fds, fds, sizeof launch.fds);
+        const char *why = "malformed launch request";
+        int parsed = fd_count == 4 && parse(payload, length, &launch, &why) == 0;
+        if (parsed && launch.sandboxed) {
+            why = "a kept supervisor takes plain launches only";
+            sandbox_free(&launch.sandbox);
+            free(launch.argv);
+            parsed = 0;
+        }
+        if (!parsed) {
+            if (fd_count > 0) {
+                report(fds[0], "E launcher 0 %s\n", why);
+            }
+            for (int i = 0; i < fd_count; i++) {
+                close(fds[i]);
+            }
+        } else {
+            int terminated = run_plain(&launch);
+            free(launch.argv);
+            if (terminated) {
+                _exit(0);
+            }
+        }
+        free(payload);
+    }
+}
+
+/* In the launcher: hand a request to its slot's supervisor; 0 if there is none (or it is
+ * gone: the slot is emptied), and the caller forks one. */
+static int hand_to_slot(int slot, const char *payload, uint32_t length, const int *fds) {
+    struct slot *kept = &slots[slot];
+    if (kept->supervisor > 0 && send_request(kept->sock, payload, length, fds, 4) == 0) {
+        return 1;
+    }
+    if (kept->supervisor > 0) {
+        close(kept->sock);
+    }
+    kept->supervisor = 0;
+    kept->sock = -1;
     return 0;
 }
 
@@ -879,6 +1005,11 @@ static void __attribute__((noreturn)) prepared_supervisor(int sock, pid_t launch
 
 /* In a supervisor forked by the launcher: what only the launcher uses. */
 static void close_launcher_fds(int mountinfo, const struct prepared *ready) {
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        if (slots[i].supervisor > 0) {
+            close(slots[i].sock);
+        }
+    }
     if (mountinfo >= 0) {
         close(mountinfo);
     }
@@ -965,7 +1096,8 @@ static void wait_for_request(int control, int mountinfo, struct prepared *ready,
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: executor-launcher CONTROL-FD DAEMON-PID (started by the daemon; "
-                        "sandbox-spec %d)\n",
+                        "supervisor-slots %d; sandbox-spec %d)\n",
+                MAX_SLOTS,
                 SANDBOX_SPEC_VERSION);
         return 2;
     }
@@ -1021,10 +1153,30 @@ int main(int argc, char **argv) {
                 drop_prepared(&ready);
                 prepare_at = now_ms() + PREPARE_AFTER_MS;
             }
+            if (!handed && launch.slot >= 0) {
+                handed = hand_to_slot(launch.slot, payload, length, fds);
+            }
+            int pair[2] = {-1, -1};
+            if (!handed && launch.slot >= 0 &&
+                socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) < 0) {
+                pair[0] = pair[1] = -1; /* this launch's supervisor is not kept */
+            }
             pid_t pid = handed ? 0 : fork();
             if (!handed && pid == 0) {
                 close_launcher_fds(mountinfo, &ready);
-                supervise(&launch); /* never returns */
+                if (pair[0] >= 0) {
+                    close(pair[0]);
+                }
+                supervise(&launch, pair[1]); /* never returns */
+            }
+            if (pair[1] >= 0) {
+                close(pair[1]);
+            }
+            if (pid > 0 && pair[0] >= 0) {
+                slots[launch.slot].supervisor = pid;
+                slots[launch.slot].sock = pair[0];
+            } else if (pair[0] >= 0) {
+                close(pair[0]);
             }
             if (pid < 0) {
                 fail(&launch, "fork", errno);

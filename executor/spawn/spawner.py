@@ -136,6 +136,12 @@ _OFF = ("0", "off", "no", "false")
 #: How the native launcher's usage text names the version of the sandbox specs it applies
 #: (``sandbox.c``; a spec's fourth byte is its version: ``native_spec.py``).
 _SANDBOX_SPEC = re.compile(rb"sandbox-spec (\d+)\)")
+#: How it names the slots of kept supervisors it offers (``launcher.c``: "supervisors kept
+#: for reuse").
+_SLOTS = re.compile(rb"supervisor-slots (\d+)")
+#: How many supervisors of plain launches the daemon keeps for reuse, at most: each idle one
+#: is a small process (a few hundred KiB of its own).
+KEPT_SUPERVISORS = 8
 
 
 @functools.cache
@@ -164,6 +170,13 @@ def native_spec_version() -> int:
         return 0
     found = _SANDBOX_SPEC.search(_usage(str(native)) or b"")
     return int(found.group(1)) if found else 0
+
+
+def native_slots() -> int:
+    """How many kept supervisors the native launcher offers (0: none, or an older build)."""
+    native = native_launcher()
+    found = _SLOTS.search(_usage(str(native)) or b"") if native is not None else None
+    return min(int(found.group(1)), KEPT_SUPERVISORS) if found else 0
 
 
 def sandbox_launch_mode() -> str:
@@ -270,9 +283,9 @@ class _Server:
             self._process = None
 
 
-def _native_payload(request: Command, spec: bytes | None = None) -> bytes:
-    """A request in ``launcher.c``'s format: NUL-terminated fields, after the sandbox spec if
-    there is one."""
+def _native_payload(request: Command, spec: bytes | None = None, slot: int = -1) -> bytes:
+    """A request in ``launcher.c``'s format: NUL-terminated fields, after the sandbox spec or
+    the kept supervisor's slot if there is one."""
     fields = [
         "1" if request.tty else "0",
         request.cwd,
@@ -287,7 +300,12 @@ def _native_payload(request: Command, spec: bytes | None = None) -> bytes:
     if text.count("\0") != len(fields) - 1:
         # Validation refuses these long before; a stray one must not shift the fields.
         raise LaunchFailed("exec", 0, "embedded null byte")
-    prefix = b"" if spec is None else b"S\0\0\0\0" + _LENGTH(len(spec)) + spec
+    if spec is not None:
+        prefix = b"S\0\0\0\0" + _LENGTH(len(spec)) + spec
+    elif slot >= 0:
+        prefix = b"K\0\0\0" + bytes((slot,))
+    else:
+        prefix = b""
     return prefix + os.fsencode(text) + b"\0"
 
 
@@ -306,6 +324,10 @@ class Spawner:
         self._native = _Server([str(native)]) if native is not None else None
         #: The spec version the native launcher applies (0: none, or not to be used).
         self._spec_version = native_spec_version()
+        #: Slots of kept supervisors not in use (launcher.c: "supervisors kept for reuse"). A
+        #: slot comes back only once its launch's end has been read here: until then the
+        #: daemon may still signal that supervisor's descendants as the launch's tree.
+        self._free_slots = list(range(native_slots()))[::-1]
 
     @property
     def supervisor(self) -> str:
@@ -335,15 +357,21 @@ class Spawner:
         """Start ``request`` with ``stdio``; the caller keeps (and closes) its own descriptors."""
         loop = asyncio.get_running_loop()
         read_end, write_end = os.pipe()  # close-on-exec by default (PEP 446)
+        slot = -1
         try:
             if self.launcher_for(request) == "native":
                 assert self._native is not None
                 spec = None if request.setup is None else request.setup.native
-                self._native.send(_native_payload(request, spec), [write_end, *stdio])
+                if spec is None and request.setup is None and self._free_slots:
+                    slot = self._free_slots.pop()
+                payload = _native_payload(request, spec, slot)
+                self._native.send(payload, [write_end, *stdio])
             else:
                 self._send_python(request, [write_end, *stdio])
         except BaseException:
             os.close(read_end)
+            if slot >= 0:
+                self._free_slots.append(slot)
             raise
         finally:
             os.close(write_end)
@@ -363,6 +391,8 @@ class Spawner:
                 return
             loop.remove_reader(read_end)
             os.close(read_end)
+            if slot >= 0:
+                self._free_slots.append(slot)
             launch.end()
 
         loop.add_reader(read_end, readable)
