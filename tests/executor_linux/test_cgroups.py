@@ -20,6 +20,7 @@ from executor_linux.cgroups import (
     discover,
 )
 from executor_linux.resources import limit_mechanisms, plan_limits
+from executor_linux.spare_cgroups import REFILL_DELAY
 
 from executor.protocol.intent import Access
 from executor.sandbox import Command, NetworkMode, PathRule, ResourceLimits, RuleSet
@@ -271,8 +272,9 @@ def _ours(support: CgroupSupport) -> set[Path]:
 
 @pytest.mark.enforcement
 def test_a_spare_is_made_ahead_on_the_loop_used_once_and_never_when_touched() -> None:
-    """In a daemon (a running event loop), the loop's next turn after a launch makes one
-    spare set for the same limits, and the next launch takes it. A spare something joined
+    """In a daemon (a running event loop), a launch leaves one spare set for the same limits
+    made a little later (``REFILL_DELAY``: not while the launch itself is still starting on
+    the daemon's CPU), and the next launch takes it. A spare something joined
     meanwhile is not handed out (removed, its process killed), nor one made for other
     limits; the last spare goes with ``drop_spare`` (at exit)."""
     support = cgroup_support()
@@ -290,11 +292,13 @@ def test_a_spare_is_made_ahead_on_the_loop_used_once_and_never_when_touched() ->
         assert first is not None
         mine = {Path(d) for d in first.directories.values()}
         await asyncio.sleep(0)
+        assert _ours(support) - before - mine == set()  # not on the launch's own turn
+        await refilled()
         spare = _ours(support) - before - mine
         assert len(spare) == per_set, spare
         second = cgroups.create(limits)
         assert second is not None and {Path(d) for d in second.directories.values()} == spare
-        await asyncio.sleep(0)
+        await refilled()
         touched = _ours(support) - before - mine - spare
         assert len(touched) == per_set
         joins = "; ".join(f"echo 0 > {d}/{_join_file(support, d)}" for d in touched)
@@ -314,13 +318,17 @@ def test_a_spare_is_made_ahead_on_the_loop_used_once_and_never_when_touched() ->
             if joined.poll() is None:
                 joined.kill()
                 joined.wait()
-        await asyncio.sleep(0)
+        await refilled()
         other = cgroups.create(ResourceLimits(processes=9, memory=64 << 20))
         assert other is not None
         assert (Path(other.directories["pids"]) / "pids.max").read_text().strip() == "9"
-        await asyncio.sleep(0)
+        await refilled()
         for group in (first, second, third, other):
             group.release()
+
+    async def refilled() -> None:
+        # A timer set after the refill's, for as long: the loop runs the refill first.
+        await asyncio.sleep(REFILL_DELAY)
 
     asyncio.run(scenario())
     assert len(_ours(support) - before) == per_set  # the spare for the last limits
