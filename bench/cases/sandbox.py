@@ -2,7 +2,7 @@
 
 The request is the shape a real Codex client sends (protocol.md §7.12), so the reference and
 ours do the same work: materialize the profile and launch through the platform sandbox.
-Target: at most 0.3x the reference (about 15 ms here; the reference takes ~50 ms).
+Target: at most 0.1x the reference (issue 19: "about 5 ms" where the reference takes ~50 ms).
 """
 
 from __future__ import annotations
