@@ -40,7 +40,7 @@ from executor.sandbox.profiles import (
 )
 from executor.sandbox.purpose import Purpose
 from executor.sandbox.rules import RuleSet
-from executor.spawn.spawner import native_launcher, native_spec_version
+from executor.spawn.spawner import native_launcher, native_slots, native_spec_version
 
 __all__ = [
     "backends",
@@ -370,6 +370,7 @@ def doctor(args: argparse.Namespace) -> int:
     host = HostInfo.current()
     launcher = native_launcher()
     spec_version = native_spec_version()
+    kept = native_slots()
     broken: list[BrokenPlugin] = []
     manager = _manager(broken)
     broken_rows = _report_broken_plugins(broken)
@@ -403,6 +404,7 @@ def doctor(args: argparse.Namespace) -> int:
                     "path": None if launcher is None else str(launcher),
                     "sandbox": "native" if spec_version else "python",
                     "sandbox_spec": spec_version or None,
+                    "kept_supervisors": kept,
                 },
                 "backends": details,
                 "broken_plugins": broken_rows,
@@ -417,7 +419,8 @@ def doctor(args: argparse.Namespace) -> int:
         + (" (root)" if host.uid == 0 else "")
     )
     print(
-        f"launcher: native ({launcher})"
+        f"launcher: native ({launcher}; keeps up to {kept} idle supervisors of plain commands"
+        " for reuse)"
         if launcher is not None
         else "launcher: python (the native launcher is not built or is turned off; "
         "commands start ~1.5 ms slower)"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from executor.spawn import spawner as spawner_module
-from executor.spawn.spawner import native_launcher, native_spec_version
+from executor.spawn.spawner import native_launcher, native_slots, native_spec_version
 from tests.support.client import WsClient, output_of
 from tests.support.daemon import RunningDaemon, executor_command
 from tests.support.processes import gone, pid_from_first_output
@@ -81,7 +81,11 @@ def test_doctor_names_the_launcher_in_use(setting: str) -> None:
     )
     line = next(line for line in result.stdout.splitlines() if line.startswith("launcher:"))
     if setting == "" and native_launcher() is not None:
-        assert line == f"launcher: native ({native_launcher()})"
+        assert line == (
+            f"launcher: native ({native_launcher()}; keeps up to {native_slots()} idle "
+            "supervisors of plain commands for reuse)"
+        )
+        assert native_slots() > 0
     else:
         assert line.startswith("launcher: python")
 
@@ -129,6 +133,7 @@ def test_doctor_names_the_launcher_that_applies_the_sandbox(setting: str) -> Non
         )
         assert report["launcher"]["sandbox"] == "native"
         assert report["launcher"]["sandbox_spec"] == native_spec_version()
+        assert report["launcher"]["kept_supervisors"] == native_slots()
     else:
         assert line.startswith("sandbox layers applied by: python launcher")
         assert report["launcher"]["sandbox"] == "python"
