@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import posixpath
 import re
 import stat
 import sys
 import time
-from typing import Final
+from collections.abc import Iterable
+from typing import Any, Final
 
 from executor.sandbox.globscan import GlobScan, ScanLimits, Truncation
 from executor.sandbox.rules import PathKind
@@ -30,6 +33,18 @@ _MACOS_MINIMAL: Final = (
     "/dev",
 )
 _GITDIR: Final = re.compile(r"^gitdir:\s*(.+?)\s*$", re.MULTILINE)
+#: ``_read_off``: the method itself must be asked.
+_ASK: Final = object()
+#: The methods whose answers ``LocalHost.answers_again`` may read off an ``lstat``.
+_METHODS: Final = frozenset(
+    {"kind", "realpath", "is_symlink", "is_shared_directory", "gitdir_pointer"}
+)
+#: What they answer for a path that cannot be ``lstat``-ed (``stat`` fails on it too).
+_UNREACHABLE: Final[dict[str, Any]] = {
+    "kind": PathKind.MISSING,
+    "is_shared_directory": False,
+    "gitdir_pointer": None,
+}
 
 
 def minimal_paths(platform: str = sys.platform) -> tuple[str, ...]:
@@ -89,6 +104,26 @@ class LocalHost:
         target = os.path.join(os.path.dirname(path), match.group(1))
         return os.path.realpath(target)
 
+    def answers_again(self, questions: Iterable[tuple[str, tuple[Any, ...], Any]]) -> bool:
+        """Whether each question (a method's name, its arguments, an answer) gets its answer
+        again now (``memo.py`` asks before it reuses a rule set), exactly as asking each
+        method would tell, with fewer system calls: every path is ``lstat``-ed at most once
+        here, and what a method would learn from a path that is not a symlink (whether it
+        is one, its kind, whether it is shared, that ``realpath`` keeps it, that it is no
+        ``.git`` file) is read off that ``lstat``. Whatever needs more (a symlink on the
+        way, a file to read, a path that is not absolute and normal) is asked of the method.
+        Overridden methods are always asked."""
+        if type(self) is not LocalHost or not _METHODS.isdisjoint(vars(self)):
+            return all(getattr(self, name)(*args) == answer for name, args, answer in questions)
+        seen: dict[str, os.stat_result | None] = {}
+        for name, args, answer in questions:
+            found = _read_off(name, args, seen)
+            if found is _ASK:
+                found = getattr(self, name)(*args)
+            if found != answer:
+                return False
+        return True
+
     def glob_matches(self, base: str, regex: str, limits: ScanLimits) -> GlobScan:
         """Existing paths under ``base`` (``limits.max_depth`` directory levels) matching
         ``regex``, level by level; a matching directory is not entered (its match hides it).
@@ -122,3 +157,74 @@ class LocalHost:
             if not level:
                 return GlobScan(tuple(found), entries)
         return GlobScan(tuple(found), entries, Truncation.DEPTH)
+
+
+def _lstat(path: str, seen: dict[str, os.stat_result | None]) -> os.stat_result | None:
+    """``os.lstat(path)`` (None when it fails), once per ``seen``."""
+    try:
+        return seen[path]
+    except KeyError:
+        pass
+    try:
+        found: os.stat_result | None = os.lstat(path)
+    except (OSError, ValueError):
+        found = None
+    seen[path] = found
+    return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain(path: str) -> bool:
+    """Absolute and normal: ``realpath`` walks exactly its prefixes, and ``stat`` differs
+    from ``lstat`` only when the path itself is a symlink."""
+    return (
+        path.startswith("/")
+        and not path.startswith("//")
+        and "\0" not in path
+        and posixpath.normpath(path) == path
+    )
+
+
+def _prefixes(path: str) -> list[str]:
+    """``/a/b/c`` -> ``/a``, ``/a/b``, ``/a/b/c``: what ``realpath`` ``lstat``s, in order."""
+    if path == "/":
+        return []
+    cut = [i for i, char in enumerate(path) if char == "/"][1:]
+    return [path[:i] for i in cut] + [path]
+
+
+def _read_off(name: str, args: tuple[Any, ...], seen: dict[str, os.stat_result | None]) -> Any:
+    """What ``LocalHost.<name>(*args)`` answers, read off ``lstat``s, or ``_ASK``."""
+    if len(args) != 1 or type(args[0]) is not str:
+        return _ASK
+    path: str = args[0]
+    if name == "is_symlink":  # os.path.islink: one lstat of the same string
+        found = _lstat(path, seen)
+        return found is not None and stat.S_ISLNK(found.st_mode)
+    if not _plain(path):
+        return _ASK
+    if name == "realpath":
+        # realpath lstats each prefix and changes the path only at a symlink (a prefix
+        # that cannot be lstat-ed is kept as it is, like one that is no symlink).
+        for prefix in _prefixes(path):
+            found = _lstat(prefix, seen)
+            if found is not None and stat.S_ISLNK(found.st_mode):
+                return _ASK
+        return path
+    found = _lstat(path, seen)
+    if found is None:
+        # lstat and stat resolve the same parents and look up the same last name: when
+        # lstat fails, so does stat (and os.path.isfile).
+        return _UNREACHABLE.get(name, _ASK)
+    mode = found.st_mode
+    if stat.S_ISLNK(mode):
+        return _ASK
+    if name == "kind":
+        if stat.S_ISDIR(mode):
+            return PathKind.DIRECTORY
+        return PathKind.FILE if stat.S_ISREG(mode) else PathKind.OTHER
+    if name == "is_shared_directory":
+        return bool(mode & (stat.S_IWOTH | stat.S_ISVTX))
+    if name == "gitdir_pointer" and not stat.S_ISREG(mode):
+        return None
+    return _ASK

@@ -8,7 +8,9 @@ would have asked exactly these questions (each one follows from the inputs and t
 before it) and reached exactly this rule set, so it is returned instead. One changed answer
 (a symlink swapped in, a directory renamed or created, a ``.git`` file rewritten) and the
 rules are materialized afresh. Asking again is most of the host's cost but little of
-materialization's: the draft, the protections and the rule set are not rebuilt.
+materialization's: the draft, the protections and the rule set are not rebuilt. The real host
+answers them all with one ``lstat`` per path where that tells exactly what asking each would
+(``LocalHost.answers_again``).
 
 Not memoized: a materialization that scanned for deny-glob matches (its scans run under a
 clock deadline, an input that never repeats), one that raised, and one during which the host
@@ -85,18 +87,25 @@ def _consistent(asked: list[Question]) -> bool:
     return all(first.setdefault((name, args), answer) == answer for name, args, answer in asked)
 
 
-def _still_answers(host: HostView, asked: list[Question]) -> bool:
-    """Whether ``host`` gives every recorded answer again (a question asked twice is asked
-    again once: any one moment's answers are ones a fresh materialization could have got)."""
-    seen: set[tuple[str, tuple[Any, ...]]] = set()
+def _asked_once(asked: list[Question]) -> tuple[Question, ...]:
+    """Each question once, in the order first asked (``asked`` is ``_consistent``)."""
+    first: dict[tuple[str, tuple[Any, ...]], Any] = {}
     for name, args, answer in asked:
-        if (name, args) in seen:
-            continue
-        seen.add((name, args))
-        method: Callable[..., Any] = getattr(host, name)
-        if method(*args) != answer:
-            return False
-    return True
+        first.setdefault((name, args), answer)
+    return tuple((name, args, answer) for (name, args), answer in first.items())
+
+
+def _still_answers(host: HostView, questions: tuple[Question, ...]) -> bool:
+    """Whether ``host`` gives every recorded answer again (a question asked twice was
+    recorded once: any one moment's answers are ones a fresh materialization could have
+    got). A host that can tell this itself more cheaply than asking each question (the
+    real one: ``LocalHost.answers_again``) is asked so, else each question is asked."""
+    answers_again: Callable[[tuple[Question, ...]], bool] | None = getattr(
+        host, "answers_again", None
+    )
+    if answers_again is not None:
+        return answers_again(questions)
+    return all(getattr(host, name)(*args) == answer for name, args, answer in questions)
 
 
 class MaterializeMemo:
@@ -109,7 +118,9 @@ class MaterializeMemo:
 
     def __init__(self, size: int = 32) -> None:
         self._size = size
-        self._entries: OrderedDict[Hashable, tuple[RuleSet | None, list[Question]]] = OrderedDict()
+        self._entries: OrderedDict[Hashable, tuple[RuleSet | None, tuple[Question, ...]]] = (
+            OrderedDict()
+        )
         self._lock = threading.Lock()
 
     def materialize(
@@ -148,7 +159,7 @@ class MaterializeMemo:
             if recording.scanned or not _consistent(recording.asked):
                 self._entries.pop(key, None)
             else:
-                self._entries[key] = (rules, recording.asked)
+                self._entries[key] = (rules, _asked_once(recording.asked))
                 self._entries.move_to_end(key)
                 while len(self._entries) > self._size:
                     self._entries.popitem(last=False)
