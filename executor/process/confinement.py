@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Callable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -109,6 +111,39 @@ def plan_command(
     return plan, request
 
 
+class _Derived:
+    """Rule sets derived from recent ones, the same object for the same source and inputs.
+
+    The memo hands out the same rule set while the host answers as it did; what is derived
+    from it (the daemon's limits, the command's network) is a pure function of it and of
+    hashable inputs, so the same derived object serves the next launch too, and whatever is
+    cached on it (``RuleSet.needs``, rule lookups) or keyed on it (the backend's filesystem
+    plans) is not worked out again. Keyed on the source's identity: the entry holds the
+    source, so no other object can take its ``id`` while it is kept.
+    """
+
+    def __init__(self, size: int = 32) -> None:
+        self._size = size
+        self._entries: OrderedDict[Hashable, tuple[RuleSet, RuleSet]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, source: RuleSet, inputs: Hashable, derive: Callable[[], RuleSet]) -> RuleSet:
+        """``derive()``, or what it returned for this ``source`` and equal ``inputs``."""
+        key = (id(source), inputs)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is source:
+                self._entries.move_to_end(key)
+                return entry[1]
+        derived = derive()
+        with self._lock:
+            self._entries[key] = (source, derived)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return derived
+
+
 class SandboxConfinement:
     """The ``Confinement`` of the daemon: enforce sandbox intent or refuse it."""
 
@@ -133,6 +168,7 @@ class SandboxConfinement:
         self.shared_loopback = shared_loopback
         #: Rule sets of recent launches, reused while the host answers as it did (``memo.py``).
         self.memo = MaterializeMemo()
+        self._derived = _Derived()
 
     def rules_for(self, intent: SandboxIntent, command: Command) -> RuleSet | None:
         """Materialized rules of ``intent`` for ``command`` (None: sandbox disabled)."""
@@ -145,7 +181,10 @@ class SandboxConfinement:
         )
         if rules is None or rules.limits == self.limits:
             return rules
-        return replace(rules, limits=self.limits)
+        limited = rules
+        return self._derived.get(
+            limited, ("limits", self.limits), lambda: replace(limited, limits=self.limits)
+        )
 
     async def confine(
         self, params: StartParams, command: Command, network: SessionNetwork | None = None
@@ -201,11 +240,14 @@ class SandboxConfinement:
         choice = choose(params, rules.network, command.env, operator=operator)
         policy = choice.policy
         if policy.mode is not NetworkAccess.PROXY:
-            rules = network_rules(
-                rules,
-                policy,
-                shared_loopback=self.shared_loopback,
-                scope=None if network is None else network.session_id,
+            scope = None if network is None else network.session_id
+            plain = rules
+            rules = self._derived.get(
+                plain,
+                ("network", policy, self.shared_loopback, scope),
+                lambda: network_rules(
+                    plain, policy, shared_loopback=self.shared_loopback, scope=scope
+                ),
             )
             return self._planned(rules, command, label)
         own = network is None

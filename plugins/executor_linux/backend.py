@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -222,7 +225,14 @@ class LinuxBackend:
         if self.state_dir is None:
             self.state_dir = HostInfo.current().state_dir
         staging = plan.staging_dir(self.state_dir)
-        os.makedirs(staging, mode=0o700, exist_ok=True)
+        # Looked at on every launch (something may have removed it: a /tmp cleaner), made
+        # only when it is not there: one stat where makedirs takes three calls.
+        try:
+            there = stat.S_ISDIR(os.stat(staging).st_mode)
+        except OSError:
+            there = False
+        if not there:
+            os.makedirs(staging, mode=0o700, exist_ok=True)
         return self.state_dir
 
 
@@ -245,15 +255,36 @@ def filesystem_plan(rules: RuleSet, abi: int, use_namespaces: bool) -> Filesyste
 class _FilesystemPlans:
     """``filesystem_plan`` of recent rule sets: a pure function of them, so an equal rule set
     (the next launch of the same sandbox) gets the same plans. Not kept when the plan read
-    the host (Landlock without a private ``/dev`` lists ``/``, which may change)."""
+    the host (Landlock without a private ``/dev`` lists ``/``, which may change).
+
+    The daemon's confinement hands the very same rule set object to launch after launch
+    while its memo holds: that one is found by identity, without hashing every rule."""
 
     def __init__(self, size: int = 32) -> None:
+        self._size = size
         self._pure = functools.lru_cache(maxsize=size)(filesystem_plan)
+        #: ``(id(rules), abi, use_namespaces)`` -> the rule set (holding its id) and its plans.
+        self._same: OrderedDict[tuple[int, int, bool], tuple[RuleSet, FilesystemPlan]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
 
     def get(self, rules: RuleSet, abi: int, use_namespaces: bool) -> FilesystemPlan:
         if rules.filesystem_restricted and not use_namespaces:
             return filesystem_plan(rules, abi, use_namespaces)
-        return self._pure(rules, abi, use_namespaces)
+        key = (id(rules), abi, use_namespaces)
+        with self._lock:
+            entry = self._same.get(key)
+            if entry is not None and entry[0] is rules:
+                self._same.move_to_end(key)
+                return entry[1]
+        plans = self._pure(rules, abi, use_namespaces)
+        with self._lock:
+            self._same[key] = (rules, plans)
+            self._same.move_to_end(key)
+            while len(self._same) > self._size:
+                self._same.popitem(last=False)
+        return plans
 
 
 def _session_netns(route: NetworkRoute, support: HostSupport, rules: RuleSet) -> tuple[str, int]:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from executor_linux.backend import _FilesystemPlans, filesystem_plan
+from executor_linux.backend import LinuxBackend, _FilesystemPlans, filesystem_plan
 
 from executor.process.confinement import SandboxConfinement
 from executor.protocol.intent import Access, parse_sandbox
@@ -145,9 +145,13 @@ def test_filesystem_plans_are_reused_for_an_equal_rule_set_only(
         ),
     )
     first = plans.get(rules, 7, True)
+    assert plans.get(rules, 7, True) is first
     assert plans.get(replace(rules), 7, True) is first
     other = replace(rules, rules=rules.rules[:1])
     assert plans.get(other, 7, True) == filesystem_plan(other, 7, True) != first
+    for abi, namespaces in ((3, True), (7, False)):
+        assert plans.get(rules, abi, namespaces) == filesystem_plan(rules, abi, namespaces)
+        assert plans.get(rules, abi, namespaces) != first
     entries = ["bin", "dev", "usr"]
     real_listdir = os.listdir
     monkeypatch.setattr(
@@ -158,3 +162,18 @@ def test_filesystem_plans_are_reused_for_an_equal_rule_set_only(
     _mounts, after = plans.get(rules, 7, False)
     assert before is not None and after is not None
     assert "/opt" in dict(after.grants) and "/opt" not in dict(before.grants)
+
+
+def test_the_staging_directory_is_made_again_when_it_went_away(tmp_path: Path) -> None:
+    """Looked at on every launch: removed (a /tmp cleaner), it is made again; replaced by a
+    file, the launch fails as it always did."""
+    backend = LinuxBackend(state_dir=str(tmp_path / "state"))
+    staging = tmp_path / "state" / "staging"
+    assert backend._state_dir() == str(tmp_path / "state") and staging.is_dir()
+    staging.rmdir()
+    backend._state_dir()
+    assert staging.is_dir() and staging.stat().st_mode & 0o777 == 0o700
+    staging.rmdir()
+    staging.write_text("")
+    with pytest.raises(FileExistsError):
+        backend._state_dir()
