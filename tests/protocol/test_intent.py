@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -215,3 +216,79 @@ def test_sandbox_decodes_with_the_params() -> None:
         decode(StartParams, _start(sandbox=bad))
     file_params = decode(ReadFileParams, {"path": "file:///x", "sandbox": REAL_CLIENT_SANDBOX})
     assert file_params.sandbox == params.sandbox
+
+
+# --- parsed sandboxes remembered by their exact wire form ------------------------------------
+
+
+def _twins() -> list[tuple[str, Any]]:
+    """Values equal to ``REAL_CLIENT_SANDBOX`` under ``==`` (or in JSON) but not in type."""
+    fs = REAL_CLIENT_SANDBOX["permissions"]["file_system"]
+
+    class Dict(dict[str, Any]):
+        pass
+
+    class Str(str):
+        pass
+
+    def with_fs(**changed: Any) -> dict[str, Any]:
+        permissions = {**REAL_CLIENT_SANDBOX["permissions"], "file_system": {**fs, **changed}}
+        return {**REAL_CLIENT_SANDBOX, "permissions": permissions}
+
+    return [
+        ("legacy 1 for true", {**REAL_CLIENT_SANDBOX, "useLegacyLandlock": 1}),
+        ("legacy 0 for false", {**REAL_CLIENT_SANDBOX, "useLegacyLandlock": 0}),
+        ("entries as a tuple", with_fs(entries=tuple(fs["entries"]))),
+        ("depth 1.0 for 1", with_fs(glob_scan_max_depth=1.0)),
+        ("depth true for 1", with_fs(glob_scan_max_depth=True)),
+        ("a dict subclass", Dict(REAL_CLIENT_SANDBOX)),
+        ("a str subclass", {**REAL_CLIENT_SANDBOX, "windowsSandboxLevel": Str("disabled")}),
+    ]
+
+
+def _outcome(parse: Any, value: Any) -> Any:
+    try:
+        return parse(value, "sandbox")
+    except InvalidParams as exc:
+        return type(exc), exc.message
+
+
+def test_a_sandbox_sent_again_is_the_same_parse() -> None:
+    from executor.protocol.intent import _parse_sandbox
+
+    first = parse_sandbox(REAL_CLIENT_SANDBOX)
+    again = parse_sandbox(copy.deepcopy(REAL_CLIENT_SANDBOX))
+    assert again is first
+    assert first == _parse_sandbox(REAL_CLIENT_SANDBOX, "sandbox")
+    depth = {**REAL_CLIENT_SANDBOX}
+    depth["permissions"] = copy.deepcopy(depth["permissions"])
+    depth["permissions"]["file_system"]["glob_scan_max_depth"] = 1
+    with_depth = parse_sandbox(depth)
+    assert with_depth is not first and with_depth == _parse_sandbox(depth, "sandbox")
+
+
+@pytest.mark.parametrize(("what", "twin"), _twins())
+def test_a_value_equal_in_json_but_not_in_type_is_parsed_for_itself(what: str, twin: Any) -> None:
+    """Each twin gets what parsing it afresh gets (a refusal, or its own parse), whether or
+    not its equal was parsed just before."""
+    from executor.protocol.intent import _parse_sandbox
+
+    expected = _outcome(_parse_sandbox, twin)
+    parse_sandbox(REAL_CLIENT_SANDBOX)
+    assert _outcome(parse_sandbox, twin) == expected
+    assert _outcome(parse_sandbox, twin) == expected
+
+
+def test_refusals_are_not_remembered_and_the_memo_stays_small() -> None:
+    from executor.protocol import intent
+
+    bad = {**REAL_CLIENT_SANDBOX, "windowsSandboxLevel": "mxc"}
+    for _ in range(2):
+        with pytest.raises(InvalidParams, match="native MXC is unavailable"):
+            parse_sandbox(bad)
+    for i in range(intent._PARSED_SIZE + 10):
+        parse_sandbox(context(managed(special("root", "read")), cwd=f"/w{i}"))
+    assert len(intent._PARSED) == intent._PARSED_SIZE
+    huge = context(managed(*(path(f"/p{i:05}", "read") for i in range(1000))), cwd="/w")
+    assert len(parse_sandbox(huge).permissions.file_system.entries) == 1000  # type: ignore[union-attr]
+    assert parse_sandbox(huge) is not parse_sandbox(huge)  # too long a form to keep
