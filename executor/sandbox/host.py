@@ -174,23 +174,20 @@ def _lstat(path: str, seen: dict[str, os.stat_result | None]) -> os.stat_result 
 
 
 @functools.lru_cache(maxsize=1024)
-def _plain(path: str) -> bool:
-    """Absolute and normal: ``realpath`` walks exactly its prefixes, and ``stat`` differs
-    from ``lstat`` only when the path itself is a symlink."""
-    return (
-        path.startswith("/")
-        and not path.startswith("//")
-        and "\0" not in path
-        and posixpath.normpath(path) == path
-    )
-
-
-def _prefixes(path: str) -> list[str]:
-    """``/a/b/c`` -> ``/a``, ``/a/b``, ``/a/b/c``: what ``realpath`` ``lstat``s, in order."""
-    if path == "/":
-        return []
-    cut = [i for i, char in enumerate(path) if char == "/"][1:]
-    return [path[:i] for i in cut] + [path]
+def _prefixes(path: str) -> tuple[str, ...] | None:
+    """``/a/b/c`` -> ``/a``, ``/a/b``, ``/a/b/c``: what ``realpath`` ``lstat``s, in order;
+    None unless ``path`` is absolute and normal (only then does ``realpath`` walk exactly
+    its prefixes, and ``stat`` differ from ``lstat`` only when the path is a symlink).
+    Remembered: the memo checks the same paths launch after launch."""
+    if (
+        not path.startswith("/")
+        or path.startswith("//")
+        or "\0" in path
+        or posixpath.normpath(path) != path
+    ):
+        return None
+    parts = path.split("/")
+    return tuple("/".join(parts[:end]) for end in range(2, len(parts) + 1)) if path != "/" else ()
 
 
 def _read_off(name: str, args: tuple[Any, ...], seen: dict[str, os.stat_result | None]) -> Any:
@@ -201,12 +198,13 @@ def _read_off(name: str, args: tuple[Any, ...], seen: dict[str, os.stat_result |
     if name == "is_symlink":  # os.path.islink: one lstat of the same string
         found = _lstat(path, seen)
         return found is not None and stat.S_ISLNK(found.st_mode)
-    if not _plain(path):
+    prefixes = _prefixes(path)
+    if prefixes is None:
         return _ASK
     if name == "realpath":
         # realpath lstats each prefix and changes the path only at a symlink (a prefix
         # that cannot be lstat-ed is kept as it is, like one that is no symlink).
-        for prefix in _prefixes(path):
+        for prefix in prefixes:
             found = _lstat(prefix, seen)
             if found is not None and stat.S_ISLNK(found.st_mode):
                 return _ASK
