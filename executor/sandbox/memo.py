@@ -108,6 +108,27 @@ def _still_answers(host: HostView, questions: tuple[Question, ...]) -> bool:
     return all(getattr(host, name)(*args) == answer for name, args, answer in questions)
 
 
+class _Hashed:
+    """An intent in a memo key, hashed once. Hashing an intent walks every entry through
+    dataclass and enum ``__hash__`` methods; ``parse_sandbox`` hands out the same intent
+    object for a sandbox sent again, so its wrapper (and hash) is found by identity. Equal
+    to a wrapper of an equal intent, like the intent itself."""
+
+    __slots__ = ("_hash", "intent")
+
+    def __init__(self, intent: SandboxIntent) -> None:
+        self.intent = intent
+        self._hash = hash(intent)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Hashed) and (
+            other.intent is self.intent or other.intent == self.intent
+        )
+
+
 class MaterializeMemo:
     """``materialize`` for process launches, reusing a recent result while it still holds.
 
@@ -122,6 +143,18 @@ class MaterializeMemo:
             OrderedDict()
         )
         self._lock = threading.Lock()
+        #: ``id(intent)`` -> its ``_Hashed`` (which holds it: no other object takes its id).
+        self._hashed: dict[int, _Hashed] = {}
+
+    def _hashed_intent(self, intent: SandboxIntent) -> _Hashed:
+        hashed = self._hashed.get(id(intent))
+        if hashed is None or hashed.intent is not intent:
+            hashed = _Hashed(intent)
+            with self._lock:
+                if len(self._hashed) >= 4 * self._size:
+                    self._hashed.clear()
+                self._hashed[id(intent)] = hashed
+        return hashed
 
     def materialize(
         self,
@@ -135,7 +168,7 @@ class MaterializeMemo:
         """What ``materialize(intent, host, ...)`` returns now."""
         env = child_env or {}
         key: Hashable = (
-            intent,
+            self._hashed_intent(intent),
             purpose,
             process_cwd,
             tuple(sorted(env.items())),

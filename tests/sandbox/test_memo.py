@@ -6,7 +6,9 @@ get exactly what a fresh ``materialize`` returns then, never the first launch's 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -157,3 +159,18 @@ def test_rules_from_a_host_that_changed_while_asked_are_not_reused() -> None:
     after = memoized(memo, host)
     assert after is not during
     assert after == fresh(host)
+
+
+def test_an_equal_intent_that_is_another_object_finds_the_same_rules() -> None:
+    """Keys compare intents by value: a sandbox parsed afresh (not the object the parser
+    remembered) finds the rules of its equal; an intent that differs does not."""
+    host = FakeHost(dirs=[WORKSPACE, "/elsewhere"])
+    memo = MaterializeMemo()
+    intent = parse_sandbox(REAL_CLIENT_SANDBOX)
+    twin = copy.deepcopy(intent)
+    assert twin == intent and twin is not intent
+    first = memo.materialize(intent, host, process_cwd=WORKSPACE, child_env=ENV)
+    assert memo.materialize(twin, host, process_cwd=WORKSPACE, child_env=ENV) is first
+    other = replace(intent, workspace_roots=("/elsewhere",))
+    rules = memo.materialize(other, host, process_cwd=WORKSPACE, child_env=ENV)
+    assert rules == materialize(other, host, process_cwd=WORKSPACE, child_env=ENV) != first
