@@ -52,6 +52,10 @@ log = logging.getLogger("executor.websocket")
 _REFUSALS = RefusalLog(log)
 
 _TEXT_OPCODE = 0x1
+#: Answers written while one read's messages are still being handled, every this many: a
+#: client that pipelines works on the first answers on its own CPU while the rest are made
+#: (`environment/status`, 128 in flight: 1.35x the throughput of one write per read).
+FLUSH_EVERY = 32
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,9 +164,10 @@ class WebSocketProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         state = self._state
         if state is _OPEN or state is _CLOSING:
-            # What this read produces is answered at its end, in one write, instead of one
-            # loop iteration later (pipelined clients get their batch back sooner); marked
-            # as scheduled meanwhile, so that no flush is scheduled for a later iteration.
+            # What this read produces is answered at its end (and every FLUSH_EVERY messages
+            # of a long read), instead of one loop iteration later: pipelined clients get
+            # their batch back sooner. Marked as scheduled meanwhile, so that no flush is
+            # scheduled for a later iteration.
             self._flush_scheduled = True
             try:
                 events = self._reader.feed(data)
@@ -362,11 +367,18 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def _handle(self, events: list[Event]) -> None:
         connection = self._connection  # set when the connection opens, dropped as it closes
+        handled = 0
         for event in events:
             if type(event) is Message:
                 # Data after our close frame is discarded (RFC 6455 §1.4).
                 if self._state is _OPEN and connection is not None:
                     connection.message_received(event.data)
+                    handled += 1
+                    if handled % FLUSH_EVERY == 0 and self._outbox:
+                        # A pipelining client gets the first answers of a long read while
+                        # the rest are made: it works on them on its own CPU meanwhile.
+                        self._flush()
+                        self._flush_scheduled = True
             elif type(event) is Ping:
                 if self._state is _OPEN:
                     self._queue(PONG, event.payload)
