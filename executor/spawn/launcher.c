@@ -725,6 +725,24 @@ static int parse(char *payload, uint32_t length, struct launch *launch, const ch
     return 0;
 }
 
+/* The launch a request holds (`fds`: the descriptors that came with it, status first): 0 when
+ * it is whole; else -1, after saying why on its status pipe if it came with one. */
+static int launch_from(struct launch *launch, char *payload, uint32_t length, const int *fds,
+                       int fd_count, int control_fd, pid_t launcher) {
+    memset(launch, 0, sizeof *launch);
+    launch->control_fd = control_fd;
+    launch->launcher = launcher;
+    memcpy(launch->fds, fds, sizeof launch->fds);
+    const char *why = "malformed launch request";
+    if (fd_count == 4 && parse(payload, length, launch, &why) == 0) {
+        return 0;
+    }
+    if (fd_count > 0) {
+        report(fds[0], "E launcher 0 %s\n", why);
+    }
+    return -1;
+}
+
 /* --- supervisors kept for reuse -------------------------------------------------------------
  *
  * On this kind of VM a supervisor's fork and, after the launch, its exit cost ~0.3 ms each
@@ -774,22 +792,14 @@ static void __attribute__((noreturn)) serve_slot(int sock, pid_t launcher) {
             _exit(0); /* the launcher is gone */
         }
         struct launch launch;
-        memset(&launch, 0, sizeof launch);
-        launch.control_fd = -1;
-        launch.launcher = launcher;
-        memcpy(launch.fds, fds, sizeof launch.fds);
-        const char *why = "malformed launch request";
-        int parsed = fd_count == 4 && parse(payload, length, &launch, &why) == 0;
+        int parsed = launch_from(&launch, payload, length, fds, fd_count, -1, launcher) == 0;
         if (parsed && launch.sandboxed) {
-            why = "a kept supervisor takes plain launches only";
+            report(fds[0], "E launcher 0 a kept supervisor takes plain launches only\n");
             sandbox_free(&launch.sandbox);
             free(launch.argv);
             parsed = 0;
         }
         if (!parsed) {
-            if (fd_count > 0) {
-                report(fds[0], "E launcher 0 %s\n", why);
-            }
             for (int i = 0; i < fd_count; i++) {
                 close(fds[i]);
             }
@@ -961,15 +971,7 @@ static void __attribute__((noreturn)) prepared_supervisor(int sock, pid_t launch
     }
     close(sock);
     struct launch launch;
-    memset(&launch, 0, sizeof launch);
-    launch.control_fd = -1;
-    launch.launcher = launcher;
-    memcpy(launch.fds, fds, sizeof launch.fds);
-    const char *why = "malformed launch request";
-    if (fd_count != 4 || parse(payload, length, &launch, &why) < 0) {
-        if (fd_count > 0) {
-            report(fds[0], "E launcher 0 %s\n", why);
-        }
+    if (launch_from(&launch, payload, length, fds, fd_count, -1, launcher) < 0) {
         _exit(0);
     }
     prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0); /* from here as supervise() */
@@ -1131,16 +1133,7 @@ int main(int argc, char **argv) {
             return 0;
         }
         struct launch launch;
-        memset(&launch, 0, sizeof launch);
-        launch.control_fd = control;
-        launch.launcher = getpid();
-        memcpy(launch.fds, fds, sizeof launch.fds);
-        const char *why = "malformed launch request";
-        if (fd_count != 4 || parse(payload, length, &launch, &why) < 0) {
-            if (fd_count > 0) {
-                report(fds[0], "E launcher 0 %s\n", why);
-            }
-        } else {
+        if (launch_from(&launch, payload, length, fds, fd_count, control, getpid()) == 0) {
             int handed = 0;
             if (launch.sandboxed && sandbox_preparable(&launch.sandbox)) {
                 if (ready.supervisor > 0 && !mounts_changed(mountinfo) &&

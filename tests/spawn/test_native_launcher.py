@@ -95,8 +95,21 @@ def test_a_well_formed_request_is_started_reported_and_reaped(control: socket.so
         b"0\0/\0/bin/true\0" + b"0\0",  # argc 0
         b"0\0/\0/bin/true\0" + b"5\0true\0",  # argc larger than the fields
         b"0\0/\0/bin/true\0" + b"1\0true",  # the last field is not terminated
+        b"K\0\0\0\x40" + b"0\0/\0/bin/true\0" + b"1\0true\0",  # no such kept supervisor
+        b"K\0\0\0\x00",  # a kept supervisor's slot, then nothing
+        b"K\0\0\0\x00S\0\0\0\0\0\0\0\0",  # a slot's request cannot carry a sandbox
     ],
-    ids=["empty", "no-argc", "argc-nan", "argc-zero", "argc-too-large", "unterminated"],
+    ids=[
+        "empty",
+        "no-argc",
+        "argc-nan",
+        "argc-zero",
+        "argc-too-large",
+        "unterminated",
+        "slot-out-of-range",
+        "slot-only",
+        "slot-and-spec",
+    ],
 )
 def test_a_malformed_request_is_answered_and_the_next_one_served(
     control: socket.socket, payload: bytes
