@@ -13,6 +13,7 @@ import pytest
 
 from executor.spawn.spawner import native_slots
 from tests.support.client import WsClient, b64, output_of
+from tests.support.daemon import RunningDaemon
 from tests.support.enforcement import skip_unless
 
 #: Each write has its own id: a repeated id is a retry, which is not written again.
@@ -184,22 +185,24 @@ def test_terminate_kills_the_whole_tree_including_setsid_escapees(client: WsClie
 
 
 def test_terminating_a_closed_process_spares_the_next_one_on_its_supervisor(
-    client: WsClient,
+    daemon_factory: type[RunningDaemon],
 ) -> None:
     """Plain commands one after another share a kept supervisor (launcher.c); terminating the
-    closed one, whose tree was that supervisor's descendants, must not reach the next."""
+    closed one, whose tree was that supervisor's descendants, must not reach the next. (A
+    daemon of its own: no other command may take the supervisor in between.)"""
     skip_unless(native_slots() > 0, "the native launcher (kept supervisors) is not built")
-    _start(client, "earlier", ["/bin/sh", "-c", "echo $PPID"])
-    supervisor = int(output_of(client.process_events("earlier")))
-    _start(client, "next", ["/bin/sh", "-c", "exec sleep 1017"])
-    assert _wait_for(lambda: bool(_sleepers("1017")))
-    assert [p.ppid() for p in _sleepers("1017")] == [supervisor]
-    assert client.request("process/terminate", {"processId": "earlier"}) == {"running": False}
-    time.sleep(0.1)
-    assert [p.ppid() for p in _sleepers("1017")] == [supervisor]
-    assert client.request("process/terminate", {"processId": "next"}) == {"running": True}
-    assert client.process_events("next")[-1]["method"] == "process/closed"
-    assert _wait_for(lambda: not _sleepers("1017"))
+    with daemon_factory().session() as client:
+        _start(client, "earlier", ["/bin/sh", "-c", "echo $PPID"])
+        supervisor = int(output_of(client.process_events("earlier")))
+        _start(client, "next", ["/bin/sh", "-c", "exec sleep 1017"])
+        assert _wait_for(lambda: bool(_sleepers("1017")))
+        assert [p.ppid() for p in _sleepers("1017")] == [supervisor]
+        assert client.request("process/terminate", {"processId": "earlier"}) == {"running": False}
+        time.sleep(0.1)
+        assert [p.ppid() for p in _sleepers("1017")] == [supervisor]
+        assert client.request("process/terminate", {"processId": "next"}) == {"running": True}
+        assert client.process_events("next")[-1]["method"] == "process/closed"
+        assert _wait_for(lambda: not _sleepers("1017"))
 
 
 def test_terminate_after_exit_still_reaps_leftover_descendants(client: WsClient) -> None:

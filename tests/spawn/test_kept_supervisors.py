@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 from executor.spawn.spawner import Spawner, native_launcher, native_slots
 from tests.spawn.test_launchers import command, launch, run, sh
 from tests.support.enforcement import skip_unless
-from tests.support.processes import gone
+from tests.support.processes import eventually, gone
 
 
 @pytest.fixture
@@ -74,11 +73,7 @@ def assert_holds_nothing(supervisor: int) -> None:
     """A kept supervisor between launches: cwd "/", no child, the launcher's stdio and one
     socket (its own to the launcher: not another slot's, not a command's descriptor)."""
     kept = psutil.Process(supervisor)
-    for _ in range(100):  # its chdir comes right after the end it reported
-        if kept.cwd() == "/":
-            break
-        time.sleep(0.01)
-    assert kept.cwd() == "/"
+    assert eventually(lambda: kept.cwd() == "/")  # its chdir comes right after the end
     assert kept.children() == []
 
     def descriptors(pid: int) -> dict[int, str]:
