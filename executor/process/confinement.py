@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -29,6 +27,7 @@ from executor.protocol.messages import SandboxType, StartParams
 from executor.sandbox.api import LaunchPlan
 from executor.sandbox.command import Command
 from executor.sandbox.hostview import HostView
+from executor.sandbox.identity import ByIdentity
 from executor.sandbox.limits import ResourceLimits, default_limits
 from executor.sandbox.manager import SandboxManager
 from executor.sandbox.memo import MaterializeMemo
@@ -111,39 +110,6 @@ def plan_command(
     return plan, request
 
 
-class _Derived:
-    """Rule sets derived from recent ones, the same object for the same source and inputs.
-
-    The memo hands out the same rule set while the host answers as it did; what is derived
-    from it (the daemon's limits, the command's network) is a pure function of it and of
-    hashable inputs, so the same derived object serves the next launch too, and whatever is
-    cached on it (``RuleSet.needs``, rule lookups) or keyed on it (the backend's filesystem
-    plans) is not worked out again. Keyed on the source's identity: the entry holds the
-    source, so no other object can take its ``id`` while it is kept.
-    """
-
-    def __init__(self, size: int = 32) -> None:
-        self._size = size
-        self._entries: OrderedDict[Hashable, tuple[RuleSet, RuleSet]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, source: RuleSet, inputs: Hashable, derive: Callable[[], RuleSet]) -> RuleSet:
-        """``derive()``, or what it returned for this ``source`` and equal ``inputs``."""
-        key = (id(source), inputs)
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry[0] is source:
-                self._entries.move_to_end(key)
-                return entry[1]
-        derived = derive()
-        with self._lock:
-            self._entries[key] = (source, derived)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
-        return derived
-
-
 class SandboxConfinement:
     """The ``Confinement`` of the daemon: enforce sandbox intent or refuse it."""
 
@@ -168,7 +134,10 @@ class SandboxConfinement:
         self.shared_loopback = shared_loopback
         #: Rule sets of recent launches, reused while the host answers as it did (``memo.py``).
         self.memo = MaterializeMemo()
-        self._derived = _Derived()
+        #: Rule sets derived from the memo's (the daemon's limits, the command's network): the
+        #: same object for the same source and inputs, so whatever is cached on it
+        #: (``RuleSet.needs``, rule lookups) or keyed on it (a backend's plans) holds too.
+        self._derived: ByIdentity[RuleSet, RuleSet] = ByIdentity()
 
     def rules_for(self, intent: SandboxIntent, command: Command) -> RuleSet | None:
         """Materialized rules of ``intent`` for ``command`` (None: sandbox disabled)."""

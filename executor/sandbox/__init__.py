@@ -32,6 +32,7 @@ from executor.sandbox.api import (
 )
 from executor.sandbox.hookspecs import ENTRY_POINT_GROUP, hookimpl, hookspec
 from executor.sandbox.host import minimal_paths
+from executor.sandbox.identity import ByIdentity
 from executor.sandbox.limits import ResourceLimits
 from executor.sandbox.network import (
     NetworkAccess,
@@ -55,6 +56,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "Access",
     "BackendStatus",
+    "ByIdentity",
     "ChildSetup",
     "Command",
     "EnforcementReport",

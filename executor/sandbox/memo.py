@@ -27,6 +27,7 @@ from typing import Any
 from executor.protocol.intent import SandboxIntent
 from executor.sandbox.globscan import GlobScan, ScanLimits
 from executor.sandbox.hostview import HostView
+from executor.sandbox.identity import ByIdentity
 from executor.sandbox.materialize import materialize
 from executor.sandbox.purpose import Purpose
 from executor.sandbox.rules import PathKind, RuleSet
@@ -143,18 +144,8 @@ class MaterializeMemo:
             OrderedDict()
         )
         self._lock = threading.Lock()
-        #: ``id(intent)`` -> its ``_Hashed`` (which holds it: no other object takes its id).
-        self._hashed: dict[int, _Hashed] = {}
-
-    def _hashed_intent(self, intent: SandboxIntent) -> _Hashed:
-        hashed = self._hashed.get(id(intent))
-        if hashed is None or hashed.intent is not intent:
-            hashed = _Hashed(intent)
-            with self._lock:
-                if len(self._hashed) >= 4 * self._size:
-                    self._hashed.clear()
-                self._hashed[id(intent)] = hashed
-        return hashed
+        #: Each recent intent's ``_Hashed``, found by the intent's identity.
+        self._hashed: ByIdentity[SandboxIntent, _Hashed] = ByIdentity(4 * size)
 
     def materialize(
         self,
@@ -168,7 +159,7 @@ class MaterializeMemo:
         """What ``materialize(intent, host, ...)`` returns now."""
         env = child_env or {}
         key: Hashable = (
-            self._hashed_intent(intent),
+            self._hashed.get(intent, None, lambda: _Hashed(intent)),
             purpose,
             process_cwd,
             tuple(sorted(env.items())),

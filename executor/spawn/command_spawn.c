@@ -20,13 +20,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* What may be ignored where this is called: launcher.c main ignores SIGCHLD, SIGINT and
- * SIGPIPE (a supervisor sets SIGCHLD back) and resets every other disposition; sandbox.c's
+/* What may be ignored where this is called: launcher.c main resets every disposition
+ * (reset_signals), then ignores SIGCHLD, SIGINT and SIGPIPE (a supervisor sets SIGCHLD back); sandbox.c's
  * outer child ignores the signals it forwards, after PID 1's fork (reset here too, should
  * that order ever change). An ignored disposition survives execve: the command would inherit
  * it. Eight system calls instead of 64. */
 static const int NOT_DEFAULT[] = {SIGCHLD, SIGINT,  SIGPIPE, SIGTERM,
                                   SIGHUP,  SIGQUIT, SIGUSR1, SIGUSR2};
+
+void reset_signals(void) {
+    for (int signal_number = 1; signal_number < NSIG; signal_number++) {
+        if (signal_number != SIGKILL && signal_number != SIGSTOP) {
+            signal(signal_number, SIG_DFL); /* glibc's own (32, 33) refuse: harmless */
+        }
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+}
 
 int command_spawn(const char *executable, char *const argv[], char *const envp[],
                   const int *stdio, const char *terminal, pid_t *pid) {

@@ -15,8 +15,12 @@
  * The child runs on the caller's memory until its execve: the caller must have no signal
  * handler installed. Of the dispositions, only those that the launcher's processes set
  * (command_spawn.c: NOT_DEFAULT) are reset; launcher.c resets every other one when it
- * starts. */
+ * starts (reset_signals). */
 int command_spawn(const char *executable, char *const argv[], char *const envp[],
                   const int *stdio, const char *terminal, pid_t *pid);
+
+/* Every signal disposition the default one and an empty signal mask, as a freshly exec'd
+ * program has them. */
+void reset_signals(void);
 
 #endif

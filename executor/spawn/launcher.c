@@ -752,8 +752,8 @@ static int launch_from(struct launch *launch, char *payload, uint32_t length, co
  * slot (SLOT_PREFIX): the slot's supervisor is forked on its first use and, once that launch
  * has ended, takes the slot's next request from the launcher on a socket pair instead of
  * exiting. Between launches a kept supervisor is as a fresh one: no child (the end of a
- * launch is reported only when none is left), no descriptor but its socket, "/" as its working
- * directory (not the last command's, which it must not hold busy).
+ * launch is reported only when none is left), no descriptor but the launcher's stdio and its
+ * socket, "/" as its working directory (not the last command's, which it must not hold busy).
  *
  * Only the daemon reuses a slot, and only once it has read the end of the slot's previous
  * launch (spawner.py): until then it may still signal the supervisor's descendants as that
@@ -1107,12 +1107,8 @@ int main(int argc, char **argv) {
     pid_t daemon = (pid_t)atol(argv[2]);
     setsid(); /* keep the daemon's terminal (and its ^C) away from every command */
     /* Whatever the daemon ignored (nohup's SIGHUP) is not passed on: command_spawn resets only
-     * the three set here. */
-    for (int signal_number = 1; signal_number < NSIG; signal_number++) {
-        if (signal_number != SIGKILL && signal_number != SIGSTOP) {
-            signal(signal_number, SIG_DFL); /* glibc's own (32, 33) refuse: harmless */
-        }
-    }
+     * the dispositions the launcher's own processes set. */
+    reset_signals();
     signal(SIGCHLD, SIG_IGN);
     signal(SIGINT, SIG_IGN);
     signal(SIGPIPE, SIG_IGN); /* a status pipe whose reader is gone must not kill anyone */

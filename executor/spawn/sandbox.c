@@ -1483,18 +1483,6 @@ static void __attribute__((noreturn)) namespace_init(const struct sandbox *sandb
     }
 }
 
-/* Default dispositions and an empty mask, as a freshly exec'd program expects. */
-static void reset_signals(void) {
-    for (int signal_number = 1; signal_number < NSIG; signal_number++) {
-        if (signal_number != SIGKILL && signal_number != SIGSTOP) {
-            signal(signal_number, SIG_DFL); /* glibc's own (32, 33) refuse: harmless */
-        }
-    }
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-}
-
 /* Without namespaces this process becomes the command: confine it just before execve. */
 static void __attribute__((noreturn)) exec_confined(const struct sandbox *sandbox,
                                                     const struct sandbox_command *command) {

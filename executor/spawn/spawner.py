@@ -362,7 +362,7 @@ class Spawner:
             if self.launcher_for(request) == "native":
                 assert self._native is not None
                 spec = None if request.setup is None else request.setup.native
-                if spec is None and request.setup is None and self._free_slots:
+                if request.setup is None and self._free_slots:
                     slot = self._free_slots.pop()
                 payload = _native_payload(request, spec, slot)
                 self._native.send(payload, [write_end, *stdio])

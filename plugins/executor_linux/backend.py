@@ -6,14 +6,13 @@ import functools
 import os
 import stat
 import sys
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
 from executor.errors import SandboxUnavailable
 from executor.sandbox import (
     BackendStatus,
+    ByIdentity,
     ChildSetup,
     Command,
     EnforcementReport,
@@ -261,30 +260,15 @@ class _FilesystemPlans:
     while its memo holds: that one is found by identity, without hashing every rule."""
 
     def __init__(self, size: int = 32) -> None:
-        self._size = size
         self._pure = functools.lru_cache(maxsize=size)(filesystem_plan)
-        #: ``(id(rules), abi, use_namespaces)`` -> the rule set (holding its id) and its plans.
-        self._same: OrderedDict[tuple[int, int, bool], tuple[RuleSet, FilesystemPlan]] = (
-            OrderedDict()
-        )
-        self._lock = threading.Lock()
+        self._same: ByIdentity[RuleSet, FilesystemPlan] = ByIdentity(size)
 
     def get(self, rules: RuleSet, abi: int, use_namespaces: bool) -> FilesystemPlan:
         if rules.filesystem_restricted and not use_namespaces:
             return filesystem_plan(rules, abi, use_namespaces)
-        key = (id(rules), abi, use_namespaces)
-        with self._lock:
-            entry = self._same.get(key)
-            if entry is not None and entry[0] is rules:
-                self._same.move_to_end(key)
-                return entry[1]
-        plans = self._pure(rules, abi, use_namespaces)
-        with self._lock:
-            self._same[key] = (rules, plans)
-            self._same.move_to_end(key)
-            while len(self._same) > self._size:
-                self._same.popitem(last=False)
-        return plans
+        return self._same.get(
+            rules, (abi, use_namespaces), lambda: self._pure(rules, abi, use_namespaces)
+        )
 
 
 def _session_netns(route: NetworkRoute, support: HostSupport, rules: RuleSet) -> tuple[str, int]:

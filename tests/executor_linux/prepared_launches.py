@@ -95,13 +95,19 @@ PY
 exit 7"""
 
 
-async def forge(work: str) -> None:
+def _workspace(work: str) -> tuple[RuleSet, LinuxBackend]:
+    """The rules of a workspace at ``work`` with the network off, and a backend keeping its
+    state there."""
     rules = RuleSet(
         filesystem_restricted=True,
         rules=(PathRule("/", Access.READ), PathRule(work, Access.WRITE)),
         network=NetworkMode.RESTRICTED,
     )
-    backend = LinuxBackend(state_dir=os.path.join(work, "state"))
+    return rules, LinuxBackend(state_dir=os.path.join(work, "state"))
+
+
+async def forge(work: str) -> None:
+    rules, backend = _workspace(work)
     spawner = Spawner()
     try:
         results = [await _launch(spawner, backend, rules, work, FORGE)]
@@ -113,12 +119,7 @@ async def forge(work: str) -> None:
 
 
 async def main(work: str) -> None:
-    rules = RuleSet(
-        filesystem_restricted=True,
-        rules=(PathRule("/", Access.READ), PathRule(work, Access.WRITE)),
-        network=NetworkMode.RESTRICTED,
-    )
-    backend = LinuxBackend(state_dir=os.path.join(work, "state"))
+    rules, backend = _workspace(work)
     spawner = Spawner()
     shown = os.path.join(work, "shown")
     os.mkdir(shown)
