@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from executor import proctree
 from executor.spawn.spawner import Spawner, native_launcher, native_slots
 from tests.spawn.test_launchers import command, launch, run, sh
 from tests.support.enforcement import skip_unless
@@ -175,3 +176,35 @@ def test_idle_kept_supervisors_die_with_the_launcher(spawner: Spawner, how: int)
     launcher = psutil.Process(supervisor).ppid()
     os.kill(launcher, how)
     assert gone(supervisor)
+
+
+def test_a_descendant_left_behind_keeps_its_supervisor_from_the_next_command(
+    spawner: Spawner,
+) -> None:
+    """A command that exits leaving a descendant running (as a hostile one would, to share a
+    supervisor with the next command): the slot is not handed out again until that tree is
+    gone, so the next command gets a supervisor of its own and starts at once, and the
+    daemon's kill of the first tree does not reach it."""
+
+    async def scenario() -> tuple[int, int, bool]:
+        first, first_out = launch(spawner, sh("sleep 30 >/dev/null 2>&1 & echo $!"))
+        first_pid, first_supervisor = await first.started
+        await first.exited
+        sleeper = int(os.read(first_out.out_r, 64))
+        assert not first.gone.done()
+        second, second_out = launch(spawner, sh("echo ready; exec sleep 30"))
+        pid, second_supervisor = await asyncio.wait_for(second.started, 5)
+        assert os.read(second_out.out_r, 64) == b"ready\n"
+        proctree.signal_tree(first_pid, first_supervisor)  # what kill_tree does for the first
+        await first.gone
+        first_out.read()
+        spared = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        os.kill(pid, signal.SIGKILL)
+        await second.gone
+        second_out.read()
+        assert gone(sleeper)
+        return first_supervisor, second_supervisor, spared
+
+    first_supervisor, second_supervisor, spared = run(scenario)
+    assert first_supervisor != second_supervisor
+    assert spared
