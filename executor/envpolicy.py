@@ -9,8 +9,10 @@ Globs are case-insensitive.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from typing import Final
 
@@ -120,17 +122,32 @@ def validate_command(
         )
 
 
-def find_program(name: str, child_env: Mapping[str, str], executor_env: Mapping[str, str]) -> str:
-    """Resolve a bare program name on ``PATH`` (the child's if it has one, else ours).
+def find_program(
+    name: str, child_env: Mapping[str, str], executor_env: Mapping[str, str], cwd: str
+) -> str:
+    """Resolve a bare program name on ``PATH`` (the child's if it has one, else ours), the
+    way ``execvp`` in the command's working directory would, as the reference does.
 
-    Names containing a slash are returned unchanged (resolved by ``execve`` against the
-    child's working directory). Raises ``FileNotFoundError`` when nothing is found.
+    Names containing a slash are returned unchanged (resolved by ``execve`` against ``cwd``).
+    An empty or relative ``PATH`` entry is taken relative to ``cwd``, not to the daemon's
+    directory. Entries that hold the name but cannot run it (not executable, a directory)
+    are skipped; if nothing else is found that is ``PermissionError``, else
+    ``FileNotFoundError``.
     """
     if "/" in name:
         return name
     search = child_env["PATH"] if "PATH" in child_env else executor_env.get("PATH", os.defpath)
+    denied = False
     for directory in search.split(os.pathsep):
-        candidate = os.path.join(directory or ".", name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        candidate = os.path.join(cwd, directory if directory not in ("", ".") else "", name)
+        try:
+            found = os.stat(candidate)
+        except OSError as exc:
+            denied = denied or exc.errno == errno.EACCES  # a directory it may not search
+            continue
+        if stat.S_ISREG(found.st_mode) and os.access(candidate, os.X_OK):
             return candidate
-    raise FileNotFoundError(2, os.strerror(2), name)
+        denied = True
+    if denied:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), name)
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)

@@ -41,6 +41,8 @@ __all__ = [
     "fs_error",
     "os_error_message",
     "spawn_error",
+    "spawn_kind",
+    "start_failure",
 ]
 
 
@@ -50,6 +52,13 @@ class ExecutorError(Exception):
     code: ClassVar[int] = -32603
     #: What the refusal's audit line adds (``executor.audit.annotate``): what was refused.
     audit: dict[str, object] | None = None
+    #: The error's JSON-RPC ``data`` member, if it has one.
+    data: dict[str, object] | None = None
+    #: What kind of failure this is when a ``process/start`` fails with it: the reference's
+    #: ``ProcessStartErrorData`` (``spawnNotFound``, ``spawnPermissionDenied``,
+    #: ``spawnFailed``, ``sandboxUnavailable``, ``sandboxPreparation``), sent by the
+    #: ``process/start`` route as ``data: {"kind": ...}``; None: none (a malformed request).
+    start_kind: str | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -87,9 +96,12 @@ class SandboxUnavailable(InvalidParams):
     """The request asks for confinement this executor cannot enforce; nothing was run."""
 
     PREFIX: ClassVar[str] = "sandbox intent cannot be enforced on this executor"
+    start_kind = "sandboxUnavailable"
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"{self.PREFIX}: {reason}")
+    def __init__(self, reason: str, *, message: str | None = None) -> None:
+        """``message``: the whole message instead of ``PREFIX: reason`` (the reference's own
+        wording where it has one)."""
+        super().__init__(message if message is not None else f"{self.PREFIX}: {reason}")
         self.reason = reason
 
 
@@ -146,4 +158,24 @@ def fs_error(exc: OSError) -> ExecutorError:
 
 def spawn_error(exc: OSError) -> InternalError:
     """Translate a failure to start a program; the reference reports every one as -32603."""
-    return InternalError(os_error_message(exc))
+    error = InternalError(os_error_message(exc))
+    error.start_kind = spawn_kind(exc.errno)
+    return error
+
+
+def start_failure(exc: ExecutorError) -> ExecutorError:
+    """``exc`` as a failed ``process/start`` answers it: with ``data: {"kind": ...}`` when it
+    has a ``start_kind`` (the reference's ``ProcessStartErrorData``, since v0.171)."""
+    if exc.start_kind is not None:
+        exc.data = {"kind": exc.start_kind}
+    return exc
+
+
+def spawn_kind(error: int | None) -> str:
+    """The reference's kind of a failed spawn with this errno (by Rust's ``io::ErrorKind``:
+    ``NotFound``, ``PermissionDenied``, anything else)."""
+    if error == _errno.ENOENT:
+        return "spawnNotFound"
+    if error in (_errno.EACCES, _errno.EPERM):
+        return "spawnPermissionDenied"
+    return "spawnFailed"

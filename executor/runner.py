@@ -127,9 +127,11 @@ async def confine(request: RunRequest) -> tuple[ConfinedCommand, str | None]:
     env = dict(os.environ) if request.env is None else dict(request.env.env)
     name = request.argv[0]
     try:
-        executable = envpolicy.find_program(name, env, os.environ)
+        executable = envpolicy.find_program(name, env, os.environ, request.cwd)
     except FileNotFoundError:
         raise InternalError(f"{name}: command not found") from None
+    except PermissionError:
+        raise InternalError(f"{name}: permission denied") from None
     command = Command(
         executable=executable, argv=request.argv, env=env, cwd=request.cwd, tty=request.tty
     )

@@ -293,7 +293,7 @@ class Connection:
                 **(exc.audit or {}),
             },
         )
-        self._send(jsonrpc.encode_error(request.id, exc.code, exc.message))
+        self._send(jsonrpc.encode_error(request.id, exc.code, exc.message, exc.data))
 
     def _out_of_band(self, exc: ExecutorError, message: str | None = None) -> None:
         text = message or exc.message

@@ -187,16 +187,59 @@ def test_find_program_uses_child_path_then_daemon_path(tmp_path: Path) -> None:
     tool = tmp_path / "mytool"
     tool.write_text("#!/bin/sh\n")
     tool.chmod(0o755)
-    (tmp_path / "notexec").write_text("")
-    assert find_program("mytool", {"PATH": f"/nonexistent:{tmp_path}"}, {"PATH": "/bin"}) == str(
-        tool
+    child_path = {"PATH": f"/nonexistent:{tmp_path}"}
+    assert find_program("mytool", child_path, {"PATH": "/bin"}, "/") == str(tool)
+    assert find_program("mytool", {}, {"PATH": str(tmp_path)}, "/") == str(tool)
+    assert find_program("./rel/x", {}, {}, "/") == "./rel/x"
+    with pytest.raises(FileNotFoundError):
+        find_program("mytool", {"PATH": "/bin"}, {"PATH": str(tmp_path)}, "/")
+
+
+def test_relative_path_entries_are_taken_in_the_commands_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty or relative PATH entry means the command's working directory, as execvp
+    there would (and the reference does), not the daemon's own directory."""
+    workspace = tmp_path / "workspace"
+    (workspace / "bin").mkdir(parents=True)
+    for place in (workspace / "hello", workspace / "bin" / "tool"):
+        place.write_text("#!/bin/sh\n")
+        place.chmod(0o755)
+    elsewhere = tmp_path / "daemon"
+    elsewhere.mkdir()
+    (elsewhere / "other").write_text("#!/bin/sh\n")
+    (elsewhere / "other").chmod(0o755)
+    monkeypatch.chdir(elsewhere)
+    cwd = str(workspace)
+    assert find_program("hello", {"PATH": "."}, {}, cwd) == str(workspace / "hello")
+    assert find_program("hello", {"PATH": ":/usr/bin"}, {}, cwd) == str(workspace / "hello")
+    assert find_program("tool", {"PATH": "/nonexistent:bin"}, {}, cwd) == str(
+        workspace / "bin" / "tool"
     )
-    assert find_program("mytool", {}, {"PATH": str(tmp_path)}) == str(tool)
-    assert find_program("./rel/x", {}, {}) == "./rel/x"
-    with pytest.raises(FileNotFoundError):
-        find_program("mytool", {"PATH": "/bin"}, {"PATH": str(tmp_path)})
-    with pytest.raises(FileNotFoundError):
-        find_program("notexec", {"PATH": str(tmp_path)}, {})
+    with pytest.raises(FileNotFoundError):  # in the daemon's directory only
+        find_program("other", {"PATH": "."}, {}, cwd)
+
+
+def test_a_match_that_cannot_run_is_permission_denied_unless_a_later_one_can(
+    tmp_path: Path,
+) -> None:
+    """A PATH entry holding the name as a non-executable file or a directory is skipped;
+    if nothing later runs, the lookup fails with EACCES (execvp's rule, and the
+    reference's ``spawnPermissionDenied``) rather than ENOENT."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    (first / "notexec").write_text("")
+    (first / "adir").mkdir()
+    with pytest.raises(PermissionError):
+        find_program("notexec", {"PATH": str(first)}, {}, "/")
+    with pytest.raises(PermissionError):
+        find_program("adir", {"PATH": str(first)}, {}, "/")
+    (second / "notexec").write_text("#!/bin/sh\n")
+    (second / "notexec").chmod(0o755)
+    assert find_program("notexec", {"PATH": f"{first}:{second}"}, {}, "/") == str(
+        second / "notexec"
+    )
 
 
 # --- over the wire, through /usr/bin/env -----------------------------------------------------
@@ -304,4 +347,5 @@ def test_wire_bare_name_uses_child_path(env_daemon: RunningDaemon, tmp_path: Pat
         assert response["error"] == {
             "code": -32603,
             "message": "No such file or directory (os error 2)",
+            "data": {"kind": "spawnNotFound"},
         }

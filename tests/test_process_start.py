@@ -100,21 +100,26 @@ def test_duplicate_id_is_refused_while_in_table(client: WsClient) -> None:
     assert response["error"] == {"code": -32600, "message": "process dup already exists"}
 
 
+_NOT_FOUND = "No such file or directory (os error 2)"
+_DENIED = "Permission denied (os error 13)"
+
+
 @pytest.mark.parametrize(
-    ("argv", "cwd", "code", "message"),
+    ("argv", "cwd", "code", "message", "kind"),
     [
-        ([], "file:///tmp", -32602, "argv must not be empty"),
-        (["/no/such/program"], "file:///tmp", -32603, "No such file or directory (os error 2)"),
+        ([], "file:///tmp", -32602, "argv must not be empty", None),
+        (["/no/such/program"], "file:///tmp", -32603, _NOT_FOUND, "spawnNotFound"),
+        (["no-such-program-anywhere"], "file:///tmp", -32603, _NOT_FOUND, "spawnNotFound"),
+        (["/bin/true"], "file:///no/such/dir", -32603, _NOT_FOUND, "spawnNotFound"),
         (
-            ["no-such-program-anywhere"],
-            "file:///tmp",
+            ["/bin/true"],
+            "file:///etc/passwd",
             -32603,
-            "No such file or directory (os error 2)",
+            "Not a directory (os error 20)",
+            "spawnFailed",
         ),
-        (["/bin/true"], "file:///no/such/dir", -32603, "No such file or directory (os error 2)"),
-        (["/bin/true"], "file:///etc/passwd", -32603, "Not a directory (os error 20)"),
-        (["/etc/passwd"], "file:///tmp", -32603, "Permission denied (os error 13)"),
-        (["/tmp"], "file:///tmp", -32603, "Permission denied (os error 13)"),
+        (["/etc/passwd"], "file:///tmp", -32603, _DENIED, "spawnPermissionDenied"),
+        (["/tmp"], "file:///tmp", -32603, _DENIED, "spawnPermissionDenied"),
     ],
     ids=[
         "empty-argv",
@@ -127,11 +132,16 @@ def test_duplicate_id_is_refused_while_in_table(client: WsClient) -> None:
     ],
 )
 def test_start_errors_leave_nothing_behind(
-    client: WsClient, argv: list[str], cwd: str, code: int, message: str
+    client: WsClient, argv: list[str], cwd: str, code: int, message: str, kind: str | None
 ) -> None:
-    """A failed start answers the documented error; the id is unknown and reusable at once."""
+    """A failed start answers the documented error, with the reference's (v0.171) kind of a
+    spawn failure as ``data`` (none for a malformed request); the id is unknown and reusable
+    at once."""
     response = _start(client, "fail", argv, cwd=cwd)
-    assert response["error"] == {"code": code, "message": message}
+    expected: dict[str, object] = {"code": code, "message": message}
+    if kind is not None:
+        expected["data"] = {"kind": kind}
+    assert response["error"] == expected
     _assert_unknown(client, "fail")
     _result, events = client.run("fail", ["/bin/echo", "reused"])
     assert output_of(events) == b"reused\n"

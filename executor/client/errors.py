@@ -25,11 +25,21 @@ class ClientError(Exception):
 class ServerError(ClientError):
     """The server answered a request with a JSON-RPC error."""
 
-    def __init__(self, code: int, message: str, method: str = "") -> None:
+    def __init__(self, code: int, message: str, method: str = "", data: object = None) -> None:
         super().__init__(f"{method}: {message} ({code})" if method else f"{message} ({code})")
         self.code = code
         self.message = message
         self.method = method
+        #: The error's ``data`` member, if the server sent one.
+        self.data = data
+
+    @property
+    def kind(self) -> str | None:
+        """What kind of failure a failed ``process/start`` was (``data.kind``:
+        ``spawnNotFound``, ``spawnPermissionDenied``, ``spawnFailed``,
+        ``sandboxUnavailable``, ``sandboxPreparation``), if the server said."""
+        kind = self.data.get("kind") if isinstance(self.data, dict) else None
+        return kind if isinstance(kind, str) else None
 
 
 class ConnectionLost(ClientError):

@@ -85,7 +85,7 @@ class RpcConnection:
                 raise
             return await future
         except ServerError as exc:
-            raise ServerError(exc.code, exc.message, method) from None
+            raise ServerError(exc.code, exc.message, method, exc.data) from None
         finally:
             self._pending.pop(request_id, None)
 
@@ -152,7 +152,9 @@ class RpcConnection:
         if "error" in message:
             error = message["error"] or {}
             future.set_exception(
-                ServerError(int(error.get("code", 0)), str(error.get("message", "")))
+                ServerError(
+                    int(error.get("code", 0)), str(error.get("message", "")), data=error.get("data")
+                )
             )
         else:
             future.set_result(message.get("result"))

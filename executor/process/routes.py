@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from executor import audit
+from executor.errors import ExecutorError, start_failure
 from executor.process.table import ProcessTable
 from executor.protocol import messages as m
 from executor.protocol import methods
@@ -20,7 +21,11 @@ def _processes(ctx: RequestContext) -> ProcessTable:
 
 
 async def _start(ctx: RequestContext, params: m.StartParams) -> Reply:
-    result, process = await _processes(ctx).start(params, audit.origin(ctx))
+    try:
+        result, process = await _processes(ctx).start(params, audit.origin(ctx))
+    except ExecutorError as exc:
+        start_failure(exc)
+        raise
     return Reply(result.to_wire(), process.announce)
 
 

@@ -95,7 +95,7 @@ class ProcessTable:
             env = envpolicy.deny_variables(env, self.env_deny)
         envpolicy.validate_command(params.argv, env, self.limits.max_command_bytes, params.arg0)
         try:
-            executable = envpolicy.find_program(params.argv[0], env, self.executor_env)
+            executable = envpolicy.find_program(params.argv[0], env, self.executor_env, cwd)
         except OSError as exc:
             raise spawn_error(exc) from None
         argv = params.argv if params.arg0 is None else (params.arg0, *params.argv[1:])

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
-from executor.errors import InvalidParams
+from executor.errors import InvalidParams, SandboxUnavailable, start_failure
 from executor.protocol.decode import U16, DecodeError, Parsed, decode, describe
 from executor.protocol.paths import parse_path_uri
 
@@ -37,8 +37,10 @@ __all__ = [
     "SpecialTarget",
     "Target",
     "WindowsSandboxLevel",
+    "WireProcessSandbox",
     "WireSandbox",
     "parse_permissions",
+    "parse_process_sandbox",
     "parse_sandbox",
 ]
 
@@ -405,8 +407,6 @@ def _parse_sandbox(value: Any, path: str) -> SandboxIntent:
         _required(obj, "windowsSandboxLevel", path),
         f"{path}.windowsSandboxLevel",
     )
-    if level is WindowsSandboxLevel.MXC:
-        raise InvalidParams("native MXC is unavailable on this executor")
     context = obj.get("policyContext")
     context = (
         _object(context, f"{path}.policyContext", "PolicyContext") if context is not None else {}
@@ -440,5 +440,20 @@ def _parse_sandbox(value: Any, path: str) -> SandboxIntent:
     )
 
 
+def parse_process_sandbox(value: Any, path: str = "sandbox") -> SandboxIntent:
+    """``parse_sandbox`` for ``process/start``, which refuses ``windowsSandboxLevel: "mxc"``
+    as the reference does (its filesystem methods ignore the level on Linux, as every other
+    Windows level is ignored here)."""
+    intent = parse_sandbox(value, path)
+    if intent.windows_level is WindowsSandboxLevel.MXC:
+        # Decoded with the params, before the route: the kind is added here.
+        raise start_failure(SandboxUnavailable("native MXC", message=_NO_MXC))
+    return intent
+
+
+_NO_MXC = "native MXC is unavailable on this executor"
+
 #: The type of a request's ``sandbox`` field: decoded by ``parse_sandbox`` with the params.
 WireSandbox = Annotated[SandboxIntent, Parsed(parse_sandbox)]
+#: ``process/start``'s: decoded by ``parse_process_sandbox``.
+WireProcessSandbox = Annotated[SandboxIntent, Parsed(parse_process_sandbox)]

@@ -378,9 +378,15 @@ def encode_result(request_id: RequestId, result: Any) -> bytes:
         return dumps({"id": request_id, "result": result})
 
 
-def encode_error(request_id: RequestId, code: int, message: str) -> bytes:
-    """Encode an error response (the reference never sends ``data``)."""
-    return dumps({"error": {"code": code, "message": message}, "id": request_id})
+def encode_error(
+    request_id: RequestId, code: int, message: str, data: dict[str, object] | None = None
+) -> bytes:
+    """Encode an error response; ``data`` only where the reference sends one (a failed
+    ``process/start``'s kind, since v0.171)."""
+    error: dict[str, object] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return dumps({"error": error, "id": request_id})
 
 
 def encode_notification(method: str, params: Any) -> bytes:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from executor.protocol import b64codec, methods
 from executor.protocol.decode import U16, U64, Base64Bytes, DecodeError, Usize
-from executor.protocol.intent import ManagedNetwork, WireSandbox
+from executor.protocol.intent import ManagedNetwork, WireProcessSandbox
 from executor.protocol.jsonrpc import base64_value
 from executor.protocol.network_proxy import NetworkProxyLaunch
 
@@ -239,7 +239,7 @@ class StartParams:
     pipe_stdin: bool = False
     arg0: str | None = None
     env_policy: EnvPolicy | None = None
-    sandbox: WireSandbox | None = None
+    sandbox: WireProcessSandbox | None = None
     enforce_managed_network: bool = False
     managed_network: ManagedNetwork | None = None
     network_proxy: NetworkProxyLaunch | None = None

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executor.errors import InternalError, os_error_message
+from executor.errors import InternalError, os_error_message, spawn_kind
 from executor.sandbox.command import Command
 
 __all__ = ["Launch", "LaunchFailed", "Spawner"]
@@ -44,10 +44,14 @@ _LENGTH = struct.Struct(">I").pack
 class LaunchFailed(InternalError):
     """The child failed before ``execve``; nothing ran. ``stage`` names the failing step."""
 
-    def __init__(self, stage: str, error: int, detail: str) -> None:
+    def __init__(self, stage: str, error: int, detail: str, *, sandboxed: bool = False) -> None:
         message = os_error_message(OSError(error, detail)) if error else detail or "launch failed"
-        if stage not in ("exec", "chdir"):
+        if stage in ("exec", "chdir"):
+            self.start_kind = spawn_kind(error)
+        else:
             message = f"failed to start the command: {stage}: {message}"
+            # A sandbox layer that failed, or the launcher itself.
+            self.start_kind = "sandboxPreparation" if sandboxed else "spawnFailed"
         super().__init__(message)
         self.stage = stage
         self.error = error
@@ -66,6 +70,8 @@ class Launch:
     #: that report it); set before ``started`` resolves.
     observed: str | None = None
     _on_exit: Callable[[asyncio.Future[int]], None] | None = None
+    #: The command is confined (a failure before its ``execve`` may be a sandbox layer's).
+    sandboxed: bool = False
 
     def when_exited(self, callback: Callable[[asyncio.Future[int]], None]) -> None:
         """Call ``callback(exited)`` once ``exited`` is done: right from the read of the
@@ -92,7 +98,9 @@ class Launch:
         elif kind == "E" and not self.started.done():
             stage, _, tail = rest.partition(" ")
             number, _, detail = tail.partition(" ")
-            self.started.set_exception(LaunchFailed(stage, int(number or 0), detail))
+            self.started.set_exception(
+                LaunchFailed(stage, int(number or 0), detail, sandboxed=self.sandboxed)
+            )
         elif kind == "O" and not self.started.done():
             self.observed = rest
         elif kind == "X" and not self.exited.done():
@@ -378,6 +386,7 @@ class Spawner:
         # The rest waits until the request is out: the command starts meanwhile.
         os.set_blocking(read_end, False)
         launch = Launch(loop.create_future(), loop.create_future(), loop.create_future())
+        launch.sandboxed = request.setup is not None
 
         def readable() -> None:
             try:

@@ -132,9 +132,11 @@ def test_server_errors_carry_code_and_method(daemon: RunningDaemon) -> None:
             with pytest.raises(ServerError) as caught:
                 await env.start(["/no/such/program"], cwd="/tmp")
             assert caught.value.code == -32603 and caught.value.method == "process/start"
+            assert caught.value.kind == "spawnNotFound"  # the error's data, as the server said
+            assert caught.value.data == {"kind": "spawnNotFound"}
             with pytest.raises(ServerError) as unknown:
                 await env.request("no/such/method", {})
-            assert unknown.value.code == -32601
+            assert unknown.value.code == -32601 and unknown.value.kind is None
             proc = await env.start(["sleep", "5"], cwd="/tmp", process_id="same")
             with pytest.raises(ClientError, match="already in use"):
                 await env.start(["true"], cwd="/tmp", process_id="same")

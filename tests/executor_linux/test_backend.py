@@ -185,6 +185,7 @@ def test_missing_program_is_an_exec_failure_not_a_denial(session: WsClient, ws: 
     assert response["error"] == {
         "code": -32603,
         "message": "No such file or directory (os error 2)",
+        "data": {"kind": "spawnNotFound"},
     }
 
 
@@ -211,6 +212,7 @@ def test_program_hidden_by_the_sandbox_fails_with_the_os_error(session: WsClient
     )
     assert response["error"]["code"] == -32603
     assert "Permission denied (os error 13)" in response["error"]["message"]
+    assert response["error"]["data"] == {"kind": "spawnPermissionDenied"}
     assert not (ws / "ran").exists()
 
 
@@ -268,6 +270,7 @@ def test_launch_layers_fail_precisely(tmp_path: Path) -> None:
     assert failure.stage == "mounts"
     assert failure.error == errno.ELOOP
     assert failure.message.startswith("failed to start the command: mounts: ")
+    assert failure.start_kind == "sandboxPreparation"  # a layer failed, not the program
 
 
 def test_fresh_proc_hides_host_processes(session: WsClient, ws: Path) -> None:

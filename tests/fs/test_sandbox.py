@@ -213,11 +213,10 @@ def test_policy_context_spelling(client: WsClient, fsws: Path, captured: dict[st
     ("context", "code"),
     [
         ({"permissions": {"type": "managed"}, "windowsSandboxLevel": "disabled"}, -32602),
-        ({"permissions": {"type": "disabled"}, "windowsSandboxLevel": "mxc"}, -32602),
         ({"permissions": {"type": "bogus"}, "windowsSandboxLevel": "disabled"}, -32602),
         ({"permissions": {"type": "disabled"}}, -32602),
     ],
-    ids=["managed-without-fields", "mxc", "unknown-type", "no-windows-level"],
+    ids=["managed-without-fields", "unknown-type", "no-windows-level"],
 )
 def test_bad_sandbox_is_invalid_params(
     client: WsClient, fsws: Path, context: dict[str, Any], code: int
@@ -226,6 +225,22 @@ def test_bad_sandbox_is_invalid_params(
     params = {"path": uri(fsws / "x"), "dataBase64": "eA==", "sandbox": context}
     assert error(client, "fs/writeFile", params)[0] == code
     assert not (fsws / "x").exists()
+
+
+def test_the_windows_level_mxc_is_ignored_as_every_windows_level_is(
+    client: WsClient, fsws: Path, captured: dict[str, Any]
+) -> None:
+    """On Linux a filesystem method ignores ``windowsSandboxLevel: "mxc"`` as the reference
+    does (``process/start`` refuses it): the permissions still decide, a write inside the
+    writable root works and one outside it is refused."""
+    mxc = {**captured, "windowsSandboxLevel": "mxc"}
+    client.request(
+        "fs/writeFile", {"path": uri(fsws / "m.txt"), "dataBase64": b64("m"), "sandbox": mxc}
+    )
+    assert (fsws / "m.txt").read_bytes() == b"m"
+    outside = {"path": uri(fsws.parent / "m.txt"), "dataBase64": b64("m"), "sandbox": mxc}
+    assert error(client, "fs/writeFile", outside)[0] in (-32600, -32603)
+    assert not (fsws.parent / "m.txt").exists()
 
 
 @pytest.mark.parametrize(

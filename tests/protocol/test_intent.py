@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from executor.errors import InvalidParams
+from executor.errors import InvalidParams, SandboxUnavailable
 from executor.protocol.decode import decode
 from executor.protocol.fs_messages import ReadFileParams
 from executor.protocol.intent import (
@@ -20,6 +20,7 @@ from executor.protocol.intent import (
     SpecialKind,
     SpecialTarget,
     WindowsSandboxLevel,
+    parse_process_sandbox,
     parse_sandbox,
 )
 from executor.protocol.messages import StartParams
@@ -94,11 +95,6 @@ BAD: list[tuple[str, object, str]] = [
         "no-windows-level",
         {"permissions": {"type": "disabled"}},
         "missing field `windowsSandboxLevel` at `sandbox`",
-    ),
-    (
-        "mxc",
-        context({"type": "disabled"}, windowsSandboxLevel="mxc"),
-        "native MXC is unavailable on this executor",
     ),
     (
         "unknown-type",
@@ -282,9 +278,9 @@ def test_a_value_equal_in_json_but_not_in_type_is_parsed_for_itself(what: str, t
 def test_refusals_are_not_remembered_and_the_memo_stays_small() -> None:
     from executor.protocol import intent
 
-    bad = {**REAL_CLIENT_SANDBOX, "windowsSandboxLevel": "mxc"}
+    bad = {**REAL_CLIENT_SANDBOX, "windowsSandboxLevel": "sometimes"}
     for _ in range(2):
-        with pytest.raises(InvalidParams, match="native MXC is unavailable"):
+        with pytest.raises(InvalidParams, match="unknown variant `sometimes`"):
             parse_sandbox(bad)
     for i in range(intent._PARSED_SIZE + 10):
         parse_sandbox(context(managed(special("root", "read")), cwd=f"/w{i}"))
@@ -292,3 +288,24 @@ def test_refusals_are_not_remembered_and_the_memo_stays_small() -> None:
     huge = context(managed(*(path(f"/p{i:05}", "read") for i in range(1000))), cwd="/w")
     assert len(parse_sandbox(huge).permissions.file_system.entries) == 1000  # type: ignore[union-attr]
     assert parse_sandbox(huge) is not parse_sandbox(huge)  # too long a form to keep
+
+
+def test_mxc_is_refused_for_a_process_and_ignored_for_the_filesystem() -> None:
+    """``windowsSandboxLevel: "mxc"``: ``process/start`` refuses it with the reference's words
+    (a sandbox this executor cannot provide: ``sandboxUnavailable``); the filesystem methods
+    ignore the level on Linux, as the reference does (v0.169 and v0.171), and enforce the
+    permissions."""
+    mxc = {**REAL_CLIENT_SANDBOX, "windowsSandboxLevel": "mxc"}
+    with pytest.raises(SandboxUnavailable) as refused:
+        parse_process_sandbox(mxc)
+    assert refused.value.message == "native MXC is unavailable on this executor"
+    assert refused.value.start_kind == "sandboxUnavailable"
+    with pytest.raises(SandboxUnavailable):
+        decode(StartParams, {**_START, "sandbox": mxc})
+    intent = parse_sandbox(mxc)
+    assert intent.permissions == parse_sandbox(REAL_CLIENT_SANDBOX).permissions
+    read = decode(ReadFileParams, {"path": "file:///tmp/x", "sandbox": mxc})
+    assert read.sandbox is not None and read.sandbox.permissions == intent.permissions
+
+
+_START = {"processId": "p", "argv": ["/bin/true"], "cwd": "file:///tmp", "env": {}, "tty": False}

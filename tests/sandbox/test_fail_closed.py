@@ -77,6 +77,11 @@ def test_unenforceable_requests_are_refused_and_nothing_runs(
     response = start(client, marker, **extra)
     assert response["error"]["code"] == code
     assert message in response["error"]["message"]
+    # A sandbox it cannot provide is the reference's `sandboxUnavailable` (v0.171); a
+    # request that does not parse carries no kind.
+    unavailable = message == PREFIX or sandboxed == "mxc"
+    expected_data = {"kind": "sandboxUnavailable"} if unavailable else None
+    assert response["error"].get("data") == expected_data
     assert not marker.exists()
     assert (
         client.call("process/read", {"processId": "p"})["error"]["message"]
@@ -128,6 +133,7 @@ def test_without_namespaces_carve_outs_are_refused(
         )
     assert response["error"]["code"] == -32602
     assert response["error"]["message"].startswith(PREFIX)
+    assert response["error"]["data"] == {"kind": "sandboxUnavailable"}
     assert "mount namespace" in response["error"]["message"]
     assert not marker.exists()
 
