@@ -319,6 +319,21 @@ def test_wire_full_policy(env_daemon: RunningDaemon) -> None:
     }
 
 
+def test_wire_environment_reaches_the_command_sorted_by_name(env_daemon: RunningDaemon) -> None:
+    """The command sees its variables sorted by name, byte by byte, as under the reference
+    (whose Rust ``Command`` keeps them in a ``BTreeMap``): the request's order, the policy's
+    inherited and ``set`` variables and the overlay all end up in one sorted list."""
+    with env_daemon.connect() as client:
+        plain = client.run(
+            ["/usr/bin/env"], env={"Z": "1", "A": "2", "_x": "3", "a": "4", "M": "5"}
+        )
+        policy = {**WIRE_POLICY, "inherit": "core", "set": {"B": "2", "A": "9"}}
+        mixed = client.run(["/usr/bin/env"], env={"Z": "1"}, env_policy=policy)
+    assert plain.stdout == b"A=2\nM=5\nZ=1\n_x=3\na=4\n"
+    names = [line.split(b"=", 1)[0] for line in mixed.stdout.splitlines()]
+    assert names == sorted(names) and {b"A", b"B", b"Z", b"PATH"} <= set(names)
+
+
 def test_wire_bare_name_found_on_daemon_path_with_empty_env(env_daemon: RunningDaemon) -> None:
     """A bare program name resolves through the daemon's PATH when the child has none."""
     with env_daemon.connect() as client:

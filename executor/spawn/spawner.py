@@ -300,7 +300,7 @@ def _native_payload(request: Command, spec: bytes | None = None, slot: int = -1)
         request.executable,
         str(len(request.argv)),
         *request.argv,
-        *[f"{name}={value}" for name, value in request.env.items()],
+        *[f"{name}={value}" for name, value in sorted_environment(request.env)],
     ]
     # Joined, then encoded once (the filesystem encoding is stateless: the same bytes as
     # field by field); one NUL between fields and none in them.
@@ -315,6 +315,14 @@ def _native_payload(request: Command, spec: bytes | None = None, slot: int = -1)
     else:
         prefix = b""
     return prefix + os.fsencode(text) + b"\0"
+
+
+def sorted_environment(env: dict[str, str]) -> list[tuple[str, str]]:
+    """A command's environment in the order the reference passes it: sorted by name, byte by
+    byte (Rust's ``Command`` keeps it in a ``BTreeMap``), whatever order the request, the
+    ``envPolicy`` or a backend gave it. A program that lists its environment (``env``,
+    ``printenv``) then prints the same as under the reference."""
+    return sorted(env.items(), key=lambda item: os.fsencode(item[0]))
 
 
 class Spawner:
@@ -412,7 +420,7 @@ class Spawner:
             "kind": "launch",
             "executable": request.executable,
             "argv": list(request.argv),
-            "env": request.env,
+            "env": dict(sorted_environment(request.env)),
             "cwd": request.cwd,
             "tty": request.tty,
             "setup": None,
