@@ -28,11 +28,12 @@ from executor.fs import directories, files, metadata, remove, walk
 from executor.fs.aliases import alias_paths
 from executor.fs.floor import floored_resolver
 from executor.fs.handles import DEFAULT_MAX_HANDLES, Handle, HandleTable
+from executor.fs.mxc import check_mxc
 from executor.fs.resolve import Resolver
 from executor.fs.view import SandboxView
 from executor.protocol import fs_messages as fm
 from executor.protocol import jsonrpc, methods
-from executor.protocol.intent import SandboxIntent
+from executor.protocol.intent import SandboxIntent, WindowsSandboxLevel
 from executor.protocol.messages import b64
 from executor.protocol.paths import parse_path_uri, to_uri
 from executor.routing import Route, route
@@ -98,6 +99,11 @@ class _PathMethod(Generic[P, T]):
     render: Callable[[T], Any] = _empty
     #: For a method that changes files: its audit fields besides the path (None: no line).
     audit: Callable[[P], dict[str, Any]] | None = None
+
+    @property
+    def changes(self) -> bool:
+        """Whether the method changes files (every such row has an audit line)."""
+        return self.audit is not None
 
 
 def _base64_size(text: str) -> int:
@@ -181,11 +187,18 @@ _PATH_METHODS: Final = (
 
 
 def request_resolver(
-    host: HostView, intent: SandboxIntent | None, floor: PolicyFloor | None = None
+    host: HostView,
+    intent: SandboxIntent | None,
+    floor: PolicyFloor | None = None,
+    *,
+    writes: bool = False,
 ) -> Resolver:
     """A resolver for a request's ``sandbox``: a sandbox view unless the filesystem is
     unrestricted (capability discovery builds one per root the same way). Under a ``floor``
-    (``serve --require-sandbox``) no call goes past it (``floor.py``)."""
+    (``serve --require-sandbox``) no call goes past it (``floor.py``). ``writes``: the call
+    changes something (what ``windowsSandboxLevel: "mxc"`` refuses depends on it, ``mxc.py``)."""
+    if intent is not None and intent.windows_level is WindowsSandboxLevel.MXC:
+        check_mxc(materialize(intent, host, purpose=Purpose.FILESYSTEM), writes=writes)
     if floor is not None:
         return floored_resolver(host, intent, floor)
     if intent is None:
@@ -201,10 +214,11 @@ def _work(
     intent: SandboxIntent | None,
     operation: Callable[[Resolver], T],
     floor: PolicyFloor | None = None,
+    writes: bool = False,
 ) -> T:
     """Run ``operation`` in the request's view (called in a worker thread)."""
     try:
-        with request_resolver(host, intent, floor) as resolver:
+        with request_resolver(host, intent, floor, writes=writes) as resolver:
             return operation(resolver)
     except OSError as exc:
         raise fs_error(exc) from exc
@@ -218,8 +232,14 @@ class _Service:
         self.limits = limits
         self.floor = floor
 
-    async def _run(self, intent: SandboxIntent | None, operation: Callable[[Resolver], T]) -> T:
-        return await asyncio.to_thread(_work, self.host, intent, operation, self.floor)
+    async def _run(
+        self,
+        intent: SandboxIntent | None,
+        operation: Callable[[Resolver], T],
+        *,
+        writes: bool = False,
+    ) -> T:
+        return await asyncio.to_thread(_work, self.host, intent, operation, self.floor, writes)
 
     def _handles(self, ctx: RequestContext) -> HandleTable:
         scope = ctx.connection_scope()
@@ -246,7 +266,8 @@ class _Service:
                 sandbox=intent is not None,
                 **spec.audit(params),
             ):
-                result = await self._run(intent, spec.operation(params, path, self.limits))
+                operation = spec.operation(params, path, self.limits)  # may refuse: audited
+                result = await self._run(intent, operation, writes=spec.changes)
             return spec.render(result)
 
         return handle
@@ -267,7 +288,7 @@ class _Service:
             recursive=params.recursive,
             sandbox=intent is not None,
         ):
-            await self._run(intent, operation)
+            await self._run(intent, operation, writes=True)
         return {}
 
     # --- handles -----------------------------------------------------------------------------
@@ -279,7 +300,9 @@ class _Service:
         async with handle.turn():
             try:
                 with _audit_open(ctx, params, path):
-                    await self._run(intent, partial(_open_handle, path=path, handle=handle))
+                    opening = partial(_open_handle, path=path, handle=handle)
+                    writes = params.mode is not fm.OpenMode.READ
+                    await self._run(intent, opening, writes=writes)
             except BaseException:
                 table.discard(handle)
                 raise

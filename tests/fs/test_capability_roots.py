@@ -513,6 +513,31 @@ def test_a_sandbox_that_hides_or_denies_the_root(client: WsClient, guarded: Path
     assert narrow["warnings"] == []
 
 
+def test_the_windows_level_mxc_fails_a_root_only_when_its_sandbox_restricts_reading(
+    client: WsClient, guarded: Path
+) -> None:
+    """``windowsSandboxLevel: "mxc"`` on a root's sandbox, as the reference answers it: a
+    sandbox that denies something fails that root (its words, as the root's ``error``); one
+    that reads everything is scanned with the level ignored; the other roots are unaffected."""
+    deny = sandbox(
+        special_entry("root", "read"),
+        path_entry(guarded / "secret", "deny"),
+        windowsSandboxLevel="mxc",
+    )
+    read_all = sandbox(special_entry("root", "read"), windowsSandboxLevel="mxc")
+    refused, ignored, plain = discover(
+        client,
+        {"id": "a", "path": uri(guarded), "sandbox": deny},
+        {"id": "b", "path": uri(guarded), "sandbox": read_all},
+        {"id": "c", "path": uri(guarded)},
+    )
+    assert refused["error"] == (
+        f"failed to inspect capability root {uri(guarded)}: failed to prepare fs sandbox: "
+        "failed to prepare MXC sandbox: native MXC is unavailable on this executor"
+    )
+    assert ignored["error"] is None and ignored["skills"] == plain["skills"] != []
+
+
 def test_a_sandbox_needing_a_cwd_without_one_fails_the_request(
     client: WsClient, workspace: Path
 ) -> None:

@@ -227,20 +227,44 @@ def test_bad_sandbox_is_invalid_params(
     assert not (fsws / "x").exists()
 
 
-def test_the_windows_level_mxc_is_ignored_as_every_windows_level_is(
-    client: WsClient, fsws: Path, captured: dict[str, Any]
+MXC_REFUSAL = (
+    -32600,
+    "failed to prepare fs sandbox: failed to prepare MXC sandbox: "
+    "native MXC is unavailable on this executor",
+)
+
+
+def test_the_windows_level_mxc_refuses_only_what_the_permissions_restrict(
+    client: WsClient, fsws: Path
 ) -> None:
-    """On Linux a filesystem method ignores ``windowsSandboxLevel: "mxc"`` as the reference
-    does (``process/start`` refuses it): the permissions still decide, a write inside the
-    writable root works and one outside it is refused."""
-    mxc = {**captured, "windowsSandboxLevel": "mxc"}
-    client.request(
-        "fs/writeFile", {"path": uri(fsws / "m.txt"), "dataBase64": b64("m"), "sandbox": mxc}
-    )
-    assert (fsws / "m.txt").read_bytes() == b"m"
-    outside = {"path": uri(fsws.parent / "m.txt"), "dataBase64": b64("m"), "sandbox": mxc}
-    assert error(client, "fs/writeFile", outside)[0] in (-32600, -32603)
-    assert not (fsws.parent / "m.txt").exists()
+    """``windowsSandboxLevel: "mxc"`` on a filesystem call, as the reference (v0.169, v0.171)
+    answers it: refused (``-32600``, its words) when the permissions restrict the operation
+    — a change unless they grant write everywhere, a read when they deny anything — and
+    otherwise run with the level ignored. Nothing refused changes anything."""
+
+    def mxc(*entries: dict[str, Any]) -> dict[str, Any]:
+        return sandbox(*entries, cwd=fsws, roots=(fsws,), windowsSandboxLevel="mxc")
+
+    read_all = mxc(special_entry("root", "read"))
+    write_here = mxc(special_entry("root", "read"), special_entry("project_roots", "write"))
+    write_all = mxc(special_entry("root", "write"))
+    deny_one = mxc(special_entry("root", "read"), path_entry(fsws / "private", "deny"))
+    target = fsws / "m.txt"
+    write = {"path": uri(target), "dataBase64": b64("m")}
+    read = {"path": uri(fsws / "p.txt")}
+    # Reads under full read access run; every change is refused, even inside a writable root.
+    assert unb64(client.request("fs/readFile", {**read, "sandbox": read_all})["dataBase64"])
+    assert error(client, "fs/writeFile", {**write, "sandbox": read_all}) == MXC_REFUSAL
+    assert error(client, "fs/writeFile", {**write, "sandbox": write_here}) == MXC_REFUSAL
+    mkdir = {"path": uri(fsws / "d"), "recursive": True, "sandbox": write_here}
+    assert error(client, "fs/createDirectory", mkdir) == MXC_REFUSAL
+    assert not target.exists() and not (fsws / "d").exists()
+    # A denied path anywhere: reads are refused too.
+    assert error(client, "fs/readFile", {**read, "sandbox": deny_one}) == MXC_REFUSAL
+    assert error(client, "fs/getMetadata", {**read, "sandbox": deny_one}) == MXC_REFUSAL
+    # Write everywhere: nothing to prepare, the write happens.
+    client.request("fs/writeFile", {**write, "sandbox": write_all})
+    assert target.read_bytes() == b"m"
 
 
 @pytest.mark.parametrize(

@@ -290,11 +290,11 @@ def test_refusals_are_not_remembered_and_the_memo_stays_small() -> None:
     assert parse_sandbox(huge) is not parse_sandbox(huge)  # too long a form to keep
 
 
-def test_mxc_is_refused_for_a_process_and_ignored_for_the_filesystem() -> None:
+def test_mxc_is_refused_for_a_process_and_left_to_the_filesystem_methods() -> None:
     """``windowsSandboxLevel: "mxc"``: ``process/start`` refuses it with the reference's words
-    (a sandbox this executor cannot provide: ``sandboxUnavailable``); the filesystem methods
-    ignore the level on Linux, as the reference does (v0.169 and v0.171), and enforce the
-    permissions."""
+    (a sandbox this executor cannot provide: ``sandboxUnavailable``); for the filesystem
+    methods it parses, and each call decides by what its permissions restrict (``fs/mxc.py``,
+    tested in ``tests/fs``), as the reference does."""
     mxc = {**REAL_CLIENT_SANDBOX, "windowsSandboxLevel": "mxc"}
     with pytest.raises(SandboxUnavailable) as refused:
         parse_process_sandbox(mxc)
