@@ -4,7 +4,9 @@ Semantics follow the reference (protocol.md §5.17 plus our observations, docs/f
 children of the root are depth 0; names sort by their bytes; regular files are ``file``,
 directories ``directory``; symlinks to files, dangling symlinks and special files are never
 listed, directory symlinks only with ``followDirectorySymlinks`` (and descended into only if
-their target was not seen before). ``maxEntries`` counts every name looked at, listed or not;
+their target was not seen before). ``maxEntries`` counts every name looked at, listed or not,
+except a symlink whose target does not resolve (dangling, looping; the reference skips those
+uncounted);
 ``maxDirectories`` counts directories read, the root included. A directory that cannot be read
 becomes an ``errors`` entry; only the root's failure fails the request.
 """
@@ -102,27 +104,40 @@ class _Walk:
                     is Visibility.INVISIBLE
                 ):
                     continue
+                found = self._look(fd, directory, name)
+                if found is None:
+                    continue  # nothing there to count (the reference's rule too)
                 if self.looked_at >= self.options.max_entries:
                     self.truncated = True
                     return
                 self.looked_at += 1
-                self._consider(fd, directory, name)
+                self._list(directory, *found)
         finally:
             os.close(fd)
 
-    def _consider(self, fd: int, directory: _Pending, name: str) -> None:
+    def _look(
+        self, fd: int, directory: _Pending, name: str
+    ) -> tuple[str, str, os.stat_result, bool] | None:
+        """``name``'s shown and real path, what it is (a symlink's target) and whether it is a
+        symlink; None if it vanished or is a symlink whose target does not resolve in the
+        view (dangling, looping, invisible): such a name is not counted against
+        ``maxEntries``, as in the reference."""
         shown = posixpath.join(directory.shown, name)
         real = posixpath.join(directory.real, name)
         try:
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode):
-                if not self.options.follow_directory_symlinks:
-                    return
-                real, st = self._target(real)
-                if not stat.S_ISDIR(st.st_mode):
-                    return  # symlinks to files are never listed
+            if not stat.S_ISLNK(st.st_mode):
+                return shown, real, st, False
+            real, st = self._target(real)
         except OSError:
-            return  # vanished, dangling, looping, invisible: not listed
+            return None
+        return shown, real, st, True
+
+    def _list(
+        self, directory: _Pending, shown: str, real: str, st: os.stat_result, link: bool
+    ) -> None:
+        if link and not (self.options.follow_directory_symlinks and stat.S_ISDIR(st.st_mode)):
+            return  # symlinks to files are never listed, to directories only when followed
         if stat.S_ISREG(st.st_mode):
             self.entries.append(WalkEntry(path=to_uri(shown), kind=WalkKind.FILE))
         elif stat.S_ISDIR(st.st_mode):

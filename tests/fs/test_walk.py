@@ -160,9 +160,29 @@ def test_walk_limits(
     client: WsClient, mixed: Path, limits: dict[str, int], count: int, truncated: bool
 ) -> None:
     """Depth counts from the root's children; the root is a directory read; every name
-    looked at (listed or not) counts as an entry."""
+    looked at (listed or not) counts as an entry, but for symlinks that resolve to nothing."""
     listed, _errors, was_truncated = walk(client, mixed, **limits)
     assert (len(listed), was_truncated) == (count, truncated)
+
+
+def test_walk_does_not_count_names_that_resolve_to_nothing(
+    client: WsClient, workspace: Path
+) -> None:
+    """A dangling or looping symlink is skipped without being counted against
+    ``maxEntries``, and one left after the last counted name does not make the walk
+    truncated (observed on the reference, v0.171); a symlink to a file is counted, though
+    never listed."""
+    root = workspace / "w"
+    root.mkdir()
+    (root / "a-dangling").symlink_to("nowhere")
+    (root / "b-loop").symlink_to("b-loop")
+    for name in ("f", "g"):
+        (root / name).write_bytes(b"")
+    (root / "zz-dangling").symlink_to("gone")
+    assert walk(client, root, entries=1) == ([("f", "f")], [], True)
+    assert walk(client, root, entries=2) == ([("f", "f"), ("g", "f")], [], False)
+    (root / "c-flink").symlink_to("f")
+    assert walk(client, root, entries=2) == ([("f", "f")], [], True)
 
 
 def test_walk_limits_exactly_reached_are_not_truncation(client: WsClient, workspace: Path) -> None:
