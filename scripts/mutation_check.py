@@ -30,7 +30,6 @@ ROOT = Path(__file__).resolve().parents[1]
 LINUX = "plugins/executor_linux"
 NATIVE = "executor/spawn/sandbox.c"
 #: The native launcher's sources (setup.py); a mutant of one is rebuilt in the copy.
-LAUNCHER_SOURCES = ("executor/spawn/launcher.c", "executor/spawn/sandbox.c")
 TESTS = (
     "tests/executor_linux",
     "tests/sandbox",
@@ -340,7 +339,8 @@ def _build_launcher(copy: Path) -> None:
     """Compile the copy's native launcher from its (possibly mutated) sources."""
     compiler = os.environ.get("CC", "cc")
     target = copy / "executor/spawn/executor-launcher"
-    sources = [str(copy / source) for source in LAUNCHER_SOURCES]
+    # Every C file there, as setup.py builds it (a fixed list here went stale once).
+    sources = sorted(str(source) for source in (copy / "executor/spawn").glob("*.c"))
     subprocess.run([compiler, "-O2", "-std=gnu11", "-o", str(target), *sources], check=True)
 
 
@@ -381,7 +381,7 @@ def _run(copy: Path, mutation: Mutation, skip: list[str]) -> tuple[bool, float, 
     if original.count(mutation.old) != 1:
         raise SystemExit(f"{mutation.name}: the snippet is not in {mutation.path} exactly once")
     path.write_text(original.replace(mutation.old, mutation.new))
-    native = mutation.path in LAUNCHER_SOURCES
+    native = mutation.path.startswith("executor/spawn/") and mutation.path.endswith(".c")
     if native:
         _build_launcher(copy)
     started = time.monotonic()

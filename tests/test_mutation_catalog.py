@@ -34,3 +34,15 @@ def test_every_mutation_finds_its_snippet_exactly_once() -> None:
     }
     assert len(counts) == len(catalog.MUTATIONS) >= 20
     assert {name: n for name, n in counts.items() if n != 1} == {}
+
+
+def test_a_mutated_launcher_can_be_built(tmp_path: Path) -> None:
+    """The script rebuilds the native launcher of its scratch copy from the same sources as
+    setup.py (a fixed list of them went stale once and failed every native mutant)."""
+    catalog = _catalog()
+    spawn = tmp_path / "executor" / "spawn"
+    spawn.mkdir(parents=True)
+    for source in (ROOT / "executor" / "spawn").glob("*.[ch]"):
+        (spawn / source.name).write_bytes(source.read_bytes())
+    catalog._build_launcher(tmp_path)
+    assert (spawn / "executor-launcher").stat().st_size > 0
