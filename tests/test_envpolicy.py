@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from executor.envpolicy import build_environment, find_program, validate_command
 from executor.errors import InvalidParams
 from executor.protocol.decode import decode
 from executor.protocol.messages import EnvPolicy
+from executor.spawn.spawner import sorted_environment
 from tests.support.client import output_of
 from tests.support.daemon import RunningDaemon
 
@@ -364,3 +366,13 @@ def test_wire_bare_name_uses_child_path(env_daemon: RunningDaemon, tmp_path: Pat
             "message": "No such file or directory (os error 2)",
             "data": {"kind": "spawnNotFound"},
         }
+
+
+def test_environment_order_is_byte_order_even_for_undecodable_names() -> None:
+    """A name inherited with bytes that are not UTF-8 (a surrogate escape) sorts by its
+    bytes, where code point order would differ: 0xff after U+FF21's 0xef 0xbc 0xa1."""
+    undecodable = os.fsdecode(b"Z\xff")
+    fullwidth = "Z\uff21"
+    env = {undecodable: "1", fullwidth: "2", "A": "3", "a": "4"}
+    assert [name for name, _ in sorted_environment(env)] == ["A", "Z\uff21", "Z\udcff", "a"]
+    assert [name for name, _ in sorted_environment({"b": "1", "A": "2"})] == ["A", "b"]

@@ -322,7 +322,13 @@ def sorted_environment(env: dict[str, str]) -> list[tuple[str, str]]:
     byte (Rust's ``Command`` keeps it in a ``BTreeMap``), whatever order the request, the
     ``envPolicy`` or a backend gave it. A program that lists its environment (``env``,
     ``printenv``) then prints the same as under the reference."""
-    return sorted(env.items(), key=lambda item: os.fsencode(item[0]))
+    try:
+        "".join(env).encode()
+    except UnicodeEncodeError:
+        # Undecodable bytes kept as surrogate escapes (an inherited environment): the one
+        # case where code point order is not byte order.
+        return sorted(env.items(), key=lambda item: os.fsencode(item[0]))
+    return sorted(env.items())  # names are unique: the values are never compared
 
 
 class Spawner:
@@ -393,8 +399,12 @@ class Spawner:
             os.close(write_end)
         # The rest waits until the request is out: the command starts meanwhile.
         os.set_blocking(read_end, False)
-        launch = Launch(loop.create_future(), loop.create_future(), loop.create_future())
-        launch.sandboxed = request.setup is not None
+        launch = Launch(
+            loop.create_future(),
+            loop.create_future(),
+            loop.create_future(),
+            sandboxed=request.setup is not None,
+        )
 
         def readable() -> None:
             try:
