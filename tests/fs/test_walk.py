@@ -185,6 +185,23 @@ def test_walk_does_not_count_names_that_resolve_to_nothing(
     assert walk(client, root, entries=2) == ([("f", "f")], [], True)
 
 
+def test_walk_counts_a_symlink_by_what_the_sandbox_shows_of_its_target(
+    client: WsClient, workspace: Path
+) -> None:
+    """Whether a symlink counts is decided in the sandbox's view, never the host's: one whose
+    target lies outside every rule is dangling there (not counted, so its host target's
+    existence cannot be read off the listing); without the sandbox the same link counts."""
+    root = workspace / "w2"
+    root.mkdir()
+    (workspace / "secret").mkdir()
+    (root / "a-out").symlink_to(workspace / "secret")
+    for name in ("f", "g"):
+        (root / name).write_bytes(b"")
+    view = {"sandbox": sandbox(path_entry(root, "read"))}
+    assert walk(client, root, entries=1, extra=view) == ([("f", "f")], [], True)
+    assert walk(client, root, entries=1) == ([], [], True)
+
+
 def test_walk_limits_exactly_reached_are_not_truncation(client: WsClient, workspace: Path) -> None:
     """Reading everything with the limits just large enough is not truncated."""
     (workspace / "b" / "bb").mkdir(parents=True)
